@@ -1,0 +1,76 @@
+#include "mindspeed_mm/config/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace mm::config {
+namespace {
+
+YAML::Node load_yaml(const std::string& text, const std::string& name) {
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (!root || root.IsNull()) return YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) throw ConfigError(cat("config: ", name, " must hold a YAML mapping of sections"));
+    return root;
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(cat("config: ", name, " line ", e.mark.line + 1, ": invalid YAML (", e.msg, ")"));
+  }
+}
+
+// Rules that involve more than one field.
+void validate(const Config& c, const Source& src) {
+  auto fail = [&](const std::string& msg) { throw ConfigError(cat("config: ", msg, " in ", src.file)); };
+  const auto& p = c.parallel;
+  if (p.data_parallel_replicate_size * p.data_parallel_shard_size * p.context_parallel_size * p.tensor_parallel_size != 1)
+    fail("parallel sizes other than 1 need the distributed runtime, which this build does not have yet");
+  if (c.data.paths.empty()) fail("data.paths must name at least one file or directory");
+  if (c.model.config.is_null() || (!c.model.config.is_object()))
+    fail("model.config must be a mapping of Hugging Face config.json fields");
+  if (c.model.pretrained.empty() && c.model.config_path.empty() && c.model.config.empty())
+    fail("model needs one of model.pretrained, model.config_path or model.config");
+  if (c.training.optimizer.betas.size() != 2)
+    fail(cat("training.optimizer.betas must hold 2 numbers (got ", c.training.optimizer.betas.size(), ")"));
+  if (c.training.lr_schedule.min_lr > c.training.optimizer.lr)
+    fail(cat("training.lr_schedule.min_lr (", c.training.lr_schedule.min_lr, ") must be <= training.optimizer.lr (",
+             c.training.optimizer.lr, ")"));
+  if (c.training.resume == "auto" && c.training.save_dir.empty())
+    fail("training.resume: auto needs training.save_dir");
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides) {
+  Source src;
+  src.file = name;
+  YAML::Node root = load_yaml(yaml_text, name);
+  for (auto& o : overrides) apply_override(root, o, src);
+  Config c;
+  Reader r(root, "", &src);
+  c.io(r);
+  r.finish();
+  c.source_file = name;
+  validate(c, src);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  if (!f) throw ConfigError(cat("config: cannot read '", path, "'"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Config c = parse_config(ss.str(), std::filesystem::path(path).filename().string(), overrides);
+  c.source_file = path;
+  return c;
+}
+
+std::string to_yaml(const Config& c) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  Writer w(out);
+  const_cast<Config&>(c).io(w);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace mm::config
