@@ -1,0 +1,128 @@
+#include "mindspeed_mm/training/optimizer.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+
+namespace mm::training {
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, double beta1, double beta2, double eps, double weight_decay)
+    : beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {
+  groups_ = std::move(groups);
+  for (auto& g : groups_) {
+    exp_avg_.emplace_back();
+    exp_avg_sq_.emplace_back();
+    for (auto& p : g.params) {
+      exp_avg_.back().push_back(at::zeros_like(p, p.options().dtype(at::kFloat)));
+      exp_avg_sq_.back().push_back(at::zeros_like(p, p.options().dtype(at::kFloat)));
+    }
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  ++step_;
+  const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
+  const double bc2_sqrt = std::sqrt(bc2);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    const double glr = lr * g.lr_scale;
+    const double wd = g.weight_decay ? weight_decay_ : 0.0;
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      at::Tensor p = g.params[i];
+      if (!p.grad().defined()) continue;
+      at::Tensor grad = p.grad().to(at::kFloat);
+      at::Tensor& m = exp_avg_[gi][i];
+      at::Tensor& v = exp_avg_sq_[gi][i];
+      // Same order of operations as torch.optim.AdamW's single-tensor path.
+      if (wd != 0) p.mul_(1.0 - glr * wd);
+      m.mul_(beta1_).add_(grad, 1.0 - beta1_);
+      v.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
+      at::Tensor denom = (v.sqrt() / bc2_sqrt).add_(eps_);
+      if (p.scalar_type() == at::kFloat) {
+        p.addcdiv_(m, denom, -glr / bc1);
+      } else {
+        p.copy_(p.to(at::kFloat).addcdiv_(m, denom, -glr / bc1));
+      }
+    }
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> AdamW::state() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.emplace_back("step", at::scalar_tensor(step_, at::kLong));
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      out.emplace_back("exp_avg." + groups_[gi].names[i], exp_avg_[gi][i]);
+      out.emplace_back("exp_avg_sq." + groups_[gi].names[i], exp_avg_sq_[gi][i]);
+    }
+  return out;
+}
+
+void AdamW::load_state(const std::function<at::Tensor(const std::string&)>& get) {
+  at::NoGradGuard no_grad;
+  step_ = get("step").item<int64_t>();
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      for (auto* store : {&exp_avg_, &exp_avg_sq_}) {
+        std::string name = (store == &exp_avg_ ? "exp_avg." : "exp_avg_sq.") + groups_[gi].names[i];
+        at::Tensor t = get(name);
+        at::Tensor& dst = (*store)[gi][i];
+        MM_CHECK(t.sizes() == dst.sizes(), "optimizer state '", name, "' has shape ", t.sizes(), ", expected ",
+                 dst.sizes());
+        dst.copy_(t);
+      }
+    }
+}
+
+Registry<OptimizerFactory>& optimizer_registry() {
+  static Registry<OptimizerFactory> r("optimizer");
+  return r;
+}
+
+namespace {
+Registrar adamw_registrar(optimizer_registry(), "adamw",
+                          [](std::vector<ParamGroup> groups, const config::OptimizerConfig& c) {
+                            return std::make_unique<AdamW>(std::move(groups), c.betas.at(0), c.betas.at(1), c.eps,
+                                                           c.weight_decay);
+                          });
+}  // namespace
+
+std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, at::Tensor>>& named_params) {
+  ParamGroup decay, no_decay;
+  no_decay.weight_decay = false;
+  for (auto& [name, p] : named_params) {
+    if (!p.requires_grad()) continue;
+    ParamGroup& g = p.dim() >= 2 ? decay : no_decay;
+    g.names.push_back(name);
+    g.params.push_back(p);
+  }
+  std::vector<ParamGroup> out;
+  if (!decay.params.empty()) out.push_back(decay);
+  if (!no_decay.params.empty()) out.push_back(no_decay);
+  return out;
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  at::NoGradGuard no_grad;
+  double sq = 0;
+  for (auto& p : params)
+    if (p.grad().defined()) sq += p.grad().to(at::kFloat).pow(2).sum().item<double>();
+  double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    // Same coefficient as torch.nn.utils.clip_grad_norm_.
+    double coef = max_norm / (norm + 1e-6);
+    for (auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  return norm;
+}
+
+}  // namespace mm::training
