@@ -1,11 +1,38 @@
-// The `mm` binary: one entry point for every command.
+// The `mm` binary: one entry point for every command. Errors a user can fix print one line and
+// exit 1 (2 for configuration mistakes); nothing aborts.
+#include <CLI/CLI.hpp>
+
+#include <c10/util/Exception.h>
+
 #include <cstdio>
+#include <iostream>
 #include <string>
 
+#include "cli/commands.h"
 #include "mindspeed_mm/core/errors.h"
-#include "mindspeed_mm/core/torch_compat.h"
 
 int main(int argc, char** argv) {
-  std::printf("mm: libtorch %s\n", mm::compat::torch_version().c_str());
-  return 0;
+  CLI::App app{"mm: train vision-language and generation models (MindSpeed-MM style), in C++"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", [] { return mm::cli::version_text(); });
+  mm::cli::add_version_command(app);
+  mm::cli::add_train_command(app);
+  mm::cli::add_export_command(app);
+  mm::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+    return mm::cli::run_selected(app);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mm::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    std::fprintf(stderr, "error: %s\n", msg.substr(0, msg.find('\n')).c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

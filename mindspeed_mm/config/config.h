@@ -27,6 +27,7 @@ struct ParallelConfig {
 
 struct DataConfig {
   std::string dataset = "text";            // dataset registry id
+  std::string collator = "lm_packed";      // collator registry id
   std::vector<std::string> paths;          // files or directories
   std::string format = "auto";             // text | fortune | jsonl | auto
   std::string text_key = "text";           // JSONL field holding the text
@@ -37,6 +38,7 @@ struct DataConfig {
   int64_t max_documents = 0;               // 0 = all
   template <class IO> void io(IO& io) {
     io("dataset", dataset);
+    io("collator", collator);
     io("paths", paths);
     io("format", format, one_of({"auto", "text", "fortune", "jsonl"}));
     io("text_key", text_key);

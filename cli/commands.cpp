@@ -1,0 +1,152 @@
+#include "cli/commands.h"
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/models/model_registry.h"
+#include "mindspeed_mm/tools/peak_flops.h"
+#include "mindspeed_mm/training/trainer.h"
+
+namespace mm::cli {
+namespace {
+
+std::map<CLI::App*, std::function<int()>>& actions() {
+  static std::map<CLI::App*, std::function<int()>> a;
+  return a;
+}
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+} train_args;
+
+struct ExportArgs {
+  std::string checkpoint, out;
+  double max_shard_gb = 5;
+} export_args;
+
+struct BenchArgs {
+  int64_t size = 1024;
+  int reps = 5;
+  std::string dtype = "fp32";
+} bench_args;
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+std::string version_text() {
+  std::string s = "mm 0.1.0\nlibtorch " + compat::torch_version();
+#ifdef MM_WITH_CUDA
+  s += "\ncuda: yes";
+#else
+  s += "\ncuda: no (CPU build)";
+#endif
+  s += "\ncollectives: gloo";
+#ifdef MM_WITH_CUDA
+  s += ", nccl";
+#endif
+  s += "\nscaled_dot_product_attention: ";
+  s += MM_HAS_SDPA ? "libtorch" : "math path (libtorch < 2.0)";
+  s += "\nintra-op threads: " + std::to_string(at::get_num_threads());
+  s += "\nmodels: " + join(models::model_registry().ids());
+  s += "\ndatasets: " + join(data::dataset_registry().ids());
+  return s;
+}
+
+void add_version_command(CLI::App& app) {
+  auto* c = app.add_subcommand("version", "Print the version, the libtorch it was built with and build features");
+  actions()[c] = [] {
+    std::printf("%s\n", version_text().c_str());
+    return 0;
+  };
+}
+
+void add_train_command(CLI::App& app) {
+  auto* c = app.add_subcommand("train", "Train a model from a YAML config (FSDP2-style backend)");
+  c->add_option("config", train_args.config, "YAML config with sections parallel, data, model, features, training, tools")
+      ->required();
+  c->add_option("overrides", train_args.overrides, "key.sub=value overrides, e.g. training.optimizer.lr=3e-4");
+  c->add_flag("--print-config", train_args.print_config, "Print the resolved config as YAML and exit");
+  c->footer(
+      "Examples:\n"
+      "  mm train examples/qwen2/tiny_fortunes.yaml\n"
+      "  mm train examples/qwen2/tiny_fortunes.yaml training.train_iters=50 training.precision=bf16\n"
+      "  mm train examples/qwen2/tiny_fortunes.yaml --print-config\n"
+      "Exit codes: 0 done, 1 runtime error (data, checkpoint), 2 configuration error.");
+  actions()[c] = [] {
+    config::Config cfg = config::load_config(train_args.config, train_args.overrides);
+    if (train_args.print_config) {
+      std::printf("%s", config::to_yaml(cfg).c_str());
+      return 0;
+    }
+    training::train(cfg);
+    return 0;
+  };
+}
+
+void add_export_command(CLI::App& app) {
+  auto* c = app.add_subcommand("export", "Write a training checkpoint as a Hugging Face model directory");
+  c->add_option("--checkpoint", export_args.checkpoint, "save/iter_XXXXXXX folder, or a save dir (uses its latest)")
+      ->required();
+  c->add_option("--out", export_args.out, "output directory (config.json + safetensors)")->required();
+  c->add_option("--max-shard-gb", export_args.max_shard_gb, "shard size in GB (HF default 5)");
+  actions()[c] = [] {
+    std::string dir = export_args.checkpoint;
+    std::string latest = checkpoint::resolve_resume_dir("auto", dir);
+    if (!latest.empty()) dir = latest;
+    nlohmann::json hf = checkpoint::read_hf_config(dir);
+    std::string id = hf.value("model_type", "qwen2");
+    auto model = models::model_registry().get(id, "config.json model_type")(hf, false);
+    checkpoint::load_model_weights(*model, dir + "/model.safetensors");
+    checkpoint::export_hf_directory(export_args.out, model->hf_config(), *model,
+                                    static_cast<uint64_t>(export_args.max_shard_gb * (1ull << 30)));
+    std::printf("exported %s (%lld parameters) to %s\n", dir.c_str(), static_cast<long long>(model->num_parameters()),
+                export_args.out.c_str());
+    return 0;
+  };
+}
+
+void add_bench_command(CLI::App& app) {
+  auto* c = app.add_subcommand("bench", "Micro-benchmarks of this machine");
+  auto* peak = c->add_subcommand("peak", "Measure the dense matmul ceiling (the MFU denominator)");
+  peak->add_option("--size", bench_args.size, "matrix side");
+  peak->add_option("--reps", bench_args.reps, "repetitions (best is reported)");
+  peak->add_option("--dtype", bench_args.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  c->require_subcommand(1);
+  actions()[peak] = [] {
+    auto dt = bench_args.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+    auto r = tools::measure_matmul_peak(bench_args.size, dt, bench_args.reps);
+    std::printf("matmul %lldx%lld %s, %d threads: %.3f TFLOP/s (set tools.peak_tflops to this for MFU)\n",
+                static_cast<long long>(r.size), static_cast<long long>(r.size), bench_args.dtype.c_str(), r.threads,
+                r.tflops);
+    return 0;
+  };
+}
+
+int run_selected(CLI::App& app) {
+  for (auto& [cmd, fn] : actions()) {
+    if (cmd->parsed()) {
+      bool child_ran = false;
+      for (auto* sub : cmd->get_subcommands())
+        if (actions().count(sub)) child_ran = true;
+      if (!child_ran) return fn();
+    }
+  }
+  return 0;
+}
+
+}  // namespace mm::cli

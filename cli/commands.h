@@ -1,0 +1,18 @@
+// Subcommands of `mm`. Each add_* registers its options on the app; run_selected runs the one
+// the user chose.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace mm::cli {
+
+std::string version_text();
+void add_version_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_export_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+int run_selected(CLI::App& app);
+
+}  // namespace mm::cli

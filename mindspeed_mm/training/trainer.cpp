@@ -1,0 +1,272 @@
+#include "mindspeed_mm/training/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+
+#include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/data/sampler.h"
+#include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/training/lr_schedule.h"
+#include "mindspeed_mm/training/optimizer.h"
+#include "mindspeed_mm/training/plans.h"
+#include "mindspeed_mm/training/progress.h"
+#include "mindspeed_mm/training/recompute.h"
+
+namespace fs = std::filesystem;
+
+namespace mm::training {
+namespace {
+
+// bf16 compute with fp32 weights: autocast runs matmuls in bf16 and keeps reductions in fp32.
+struct AutocastScope {
+  explicit AutocastScope(bool on) : on_(on) {
+    if (on_) compat::set_cpu_autocast(true, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (on_) {
+      compat::set_cpu_autocast(false, at::kBFloat16);
+      at::autocast::clear_cache();
+    }
+  }
+  bool on_;
+};
+
+std::string fmt(double v, int prec = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer_vocab, bool* strict) {
+  nlohmann::json cfg = nlohmann::json::object();
+  if (!m.pretrained.empty()) cfg = checkpoint::read_hf_config(m.pretrained);
+  else if (!m.config_path.empty()) cfg = checkpoint::read_hf_config(m.config_path);
+  // Fields written in our YAML are checked strictly only when they are the whole config; on top
+  // of a real config.json the model ignores fields it does not use, as Hugging Face does.
+  if (strict) *strict = cfg.empty();
+  for (auto& [k, v] : m.config.items()) cfg[k] = v;
+  if (!cfg.contains("vocab_size")) cfg["vocab_size"] = tokenizer_vocab;
+  if (cfg["vocab_size"].is_number_integer() && cfg["vocab_size"].get<int64_t>() < tokenizer_vocab)
+    throw ConfigError(cat("config: model vocab_size ", cfg["vocab_size"].get<int64_t>(),
+                          " is smaller than the tokenizer's ", tokenizer_vocab, " ids"));
+  return cfg;
+}
+
+std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed) {
+  bool strict = false;
+  nlohmann::json hf = resolve_hf_config(m, tokenizer_vocab, &strict);
+  auto model = models::model_registry().get(m.id, "model.id")(hf, strict);
+  model->init_weights(seed);
+  if (!m.pretrained.empty()) {
+    // Tied checkpoints sometimes carry a copy of the embedding as lm_head.weight.
+    checkpoint::load_model_weights(*model, m.pretrained, {"lm_head.weight"});
+  }
+  return model;
+}
+
+double evaluate(models::CausalLM& model, const data::PackedTextDataset& ds, const data::Collator& collate,
+                int64_t batch_size, int64_t max_batches, bool bf16) {
+  at::NoGradGuard no_grad;
+  AutocastScope autocast(bf16);
+  double sum = 0;
+  int64_t count = 0, batches = 0;
+  for (int64_t start = 0; start < ds.size(); start += batch_size) {
+    if (max_batches > 0 && batches >= max_batches) break;
+    std::vector<int64_t> idx;
+    for (int64_t i = start; i < std::min(ds.size(), start + batch_size); ++i) idx.push_back(i);
+    data::LMBatch b = collate(ds, idx);
+    at::Tensor logits = model.forward(b.input_ids).to(at::kFloat);
+    auto ce = models::lm_cross_entropy_sum(logits, b.labels);
+    sum += ce.sum.item<double>();
+    count += ce.count.item<int64_t>();
+    ++batches;
+  }
+  return count > 0 ? sum / count : NAN;
+}
+
+std::vector<int64_t> greedy_generate(models::CausalLM& model, std::vector<int64_t> ids, int64_t max_new_tokens,
+                                     int64_t eos_id, int64_t max_context) {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - max_context);
+    std::vector<int64_t> window(ids.begin() + start, ids.end());
+    at::Tensor input = at::tensor(window, at::kLong).unsqueeze(0);
+    at::Tensor logits = model.forward(input);
+    int64_t next = logits[0][-1].argmax().item<int64_t>();
+    if (next == eos_id) break;
+    ids.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+TrainSummary train(const config::Config& cfg) {
+  const auto& tc = cfg.training;
+  if (tc.threads > 0) at::set_num_threads(static_cast<int>(tc.threads));
+  if (tc.device != "cpu") throw ConfigError("config: training.device cuda needs a CUDA build of mm");
+  const bool bf16 = tc.precision == "bf16";
+  const int64_t seq_len = cfg.data.seq_len;
+
+  // Data.
+  data::LMData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data);
+  data::Collator collate = data::collator_registry().get(cfg.data.collator, "data.collator")(cfg.data);
+  log::info("data: ", lm.train->size(), " train rows and ", lm.val->size(), " validation rows of ", seq_len,
+            " tokens (", lm.train->num_documents(), " + ", lm.val->num_documents(), " documents)");
+
+  // Model, plans, optimizer.
+  at::manual_seed(static_cast<uint64_t>(tc.seed));
+  auto model = build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed));
+  if (!cfg.features.freeze.empty()) {
+    int64_t n = apply_freeze_plan(*model, cfg.features.freeze);
+    log::info("plan: froze ", n, " parameter tensors");
+  }
+  if (!cfg.features.recompute.empty()) {
+    int64_t n = apply_recompute_plan(*model, cfg.features.recompute);
+    log::info("plan: recomputing activations of ", n, " blocks");
+  }
+  int64_t trainable = 0;
+  for (auto& p : model->parameters())
+    if (p.requires_grad()) trainable += p.numel();
+  log::info("model: ", cfg.model.id, " with ", model->num_parameters(), " parameters (", trainable, " trainable), ",
+            fmt(model->flops_per_token(seq_len) / 1e6, 2), " MFLOP per trained token");
+
+  auto optimizer = optimizer_registry().get(tc.optimizer.id, "training.optimizer.id")(
+      default_param_groups(model->named_parameters()), tc.optimizer);
+  LRSchedule lr_at = make_lr_schedule(tc.lr_schedule, tc.optimizer.lr, tc.train_iters);
+  std::vector<at::Tensor> trainable_params;
+  for (auto& p : model->parameters())
+    if (p.requires_grad()) trainable_params.push_back(p);
+
+  data::ResumableSampler sampler(lm.train->size(), static_cast<uint64_t>(cfg.data.seed), /*shuffle=*/true);
+  checkpoint::TrainState state;
+  state.config_yaml = config::to_yaml(cfg);
+
+  std::string resume_dir = checkpoint::resolve_resume_dir(tc.resume, tc.save_dir);
+  if (!resume_dir.empty()) {
+    auto loaded = checkpoint::load_train_checkpoint(resume_dir, *model, *optimizer);
+    state.iteration = loaded.iteration;
+    state.consumed_samples = loaded.consumed_samples;
+    sampler.load_state(loaded.sampler);
+    log::info("resumed from ", resume_dir, " at iteration ", state.iteration);
+  }
+
+  std::string metrics_path = tc.metrics_file;
+  if (metrics_path.empty() && !tc.save_dir.empty()) metrics_path = (fs::path(tc.save_dir) / "metrics.jsonl").string();
+  ProgressReporter progress(cfg.tools.progress, metrics_path, tc.train_iters, tc.log_interval);
+
+  TrainSummary summary;
+  std::vector<int64_t> train_counts = lm.train->token_counts(lm.vocab_size);
+  if (lm.val->size() > 0) {
+    summary.unigram_baseline = data::unigram_entropy_nats(train_counts, lm.val->token_counts(lm.vocab_size));
+    summary.val_loss_before = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
+    progress.event(cat("validation before training: loss ", fmt(summary.val_loss_before), " (ppl ",
+                       fmt(std::exp(summary.val_loss_before), 2), "); unigram baseline ",
+                       fmt(summary.unigram_baseline), " (ppl ", fmt(std::exp(summary.unigram_baseline), 2), ")"),
+                   {{"iter", state.iteration}, {"val_loss", summary.val_loss_before},
+                    {"unigram_baseline", summary.unigram_baseline}});
+  }
+
+  // MM_DEBUG_KILL_AT_ITER=N: the process kills itself (SIGKILL) as iteration N begins; the
+  // exact-resume test uses it to crash a run between checkpoints.
+  const char* kill_env = std::getenv("MM_DEBUG_KILL_AT_ITER");
+  const int64_t kill_at = kill_env ? std::atoll(kill_env) : -1;
+
+  const double flops_per_token = model->flops_per_token(seq_len);
+  double tokens_total = 0, time_total = 0;
+  auto save = [&] {
+    std::string dir = checkpoint::save_train_checkpoint(tc.save_dir, state, model->hf_config(), *model, *optimizer);
+    progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
+  };
+
+  while (state.iteration < tc.train_iters) {
+    if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<data::LMBatch> micro;
+    int64_t step_tokens = 0;
+    for (int64_t m = 0; m < tc.gradient_accumulation_steps; ++m) {
+      micro.push_back(collate(*lm.train, sampler.next_n(tc.micro_batch_size)));
+      step_tokens += micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>();
+    }
+    // Per-token loss over the whole step: each micro-batch's summed loss is divided by the step's
+    // token count, so the gradient is the same for any split into micro-batches.
+    double loss_sum = 0;
+    for (auto& b : micro) {
+      at::Tensor logits;
+      {
+        AutocastScope autocast(bf16);
+        logits = model->forward(b.input_ids);
+      }
+      auto ce = models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
+      (ce.sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
+      loss_sum += ce.sum.item<double>();
+    }
+    const double loss = loss_sum / std::max<int64_t>(1, step_tokens);
+    if (!std::isfinite(loss))
+      throw Error(cat("training: loss is ", loss, " at iteration ", state.iteration + 1,
+                      "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));
+    const double grad_norm = clip_grad_norm(trainable_params, tc.clip_grad);
+    const double lr = lr_at(state.iteration);
+    optimizer->step(lr);
+    optimizer->zero_grad();
+    state.iteration += 1;
+    state.consumed_samples += tc.micro_batch_size * tc.gradient_accumulation_steps;
+    state.sampler = sampler.state();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    StepMetrics sm;
+    sm.iteration = state.iteration;
+    sm.loss = loss;
+    sm.lr = lr;
+    sm.grad_norm = grad_norm;
+    sm.step_time_s = dt;
+    sm.tokens = step_tokens;
+    sm.tokens_per_s = step_tokens / dt;
+    sm.tflops = flops_per_token * step_tokens / dt / 1e12;
+    sm.mfu = cfg.tools.peak_tflops > 0 ? sm.tflops / cfg.tools.peak_tflops : -1;
+    tokens_total += step_tokens;
+    time_total += dt;
+    progress.step(sm);
+
+    if (tc.eval_interval > 0 && state.iteration % tc.eval_interval == 0 && state.iteration < tc.train_iters &&
+        lm.val->size() > 0) {
+      double v = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
+      progress.event(cat("validation at iteration ", state.iteration, ": loss ", fmt(v), " (ppl ", fmt(std::exp(v), 2), ")"),
+                     {{"iter", state.iteration}, {"val_loss", v}});
+    }
+    if (!tc.save_dir.empty() && tc.save_interval > 0 && state.iteration % tc.save_interval == 0) save();
+  }
+  summary.iterations = state.iteration;
+  summary.mean_tokens_per_s = time_total > 0 ? tokens_total / time_total : 0;
+
+  if (lm.val->size() > 0) {
+    summary.val_loss_after = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
+    progress.event(cat("validation after training: loss ", fmt(summary.val_loss_after), " (ppl ",
+                       fmt(std::exp(summary.val_loss_after), 2), ")"),
+                   {{"iter", state.iteration}, {"val_loss", summary.val_loss_after}});
+  }
+  if (!tc.save_dir.empty() && (tc.save_interval == 0 || state.iteration % tc.save_interval != 0)) save();
+  if (!tc.export_dir.empty()) {
+    checkpoint::export_hf_directory(tc.export_dir, model->hf_config(), *model);
+    progress.event(cat("exported Hugging Face model to ", tc.export_dir), nullptr);
+  }
+  const auto& sc = cfg.tools.sample;
+  if (!sc.prompt.empty() && sc.max_new_tokens > 0) {
+    auto ids = greedy_generate(*model, lm.encode(sc.prompt), sc.max_new_tokens, lm.eos_id, seq_len);
+    summary.sample = lm.decode(ids);
+    progress.event(cat("sample (greedy): ", sc.prompt, summary.sample), {{"sample_prompt", sc.prompt}, {"sample", summary.sample}});
+  }
+  return summary;
+}
+
+}  // namespace mm::training

@@ -1,0 +1,40 @@
+// The train engine of `mm train`: build data, model and optimizer from the config, apply plans,
+// resume, then loop over steps of gradient-accumulated micro-batches with validation, logging,
+// checkpoints, HF export and a greedy sample at the end.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/models/model_registry.h"
+
+namespace mm::training {
+
+struct TrainSummary {
+  double val_loss_before = NAN, val_loss_after = NAN;  // nats per token
+  double unigram_baseline = NAN;                       // nats per token on the val split
+  int64_t iterations = 0;
+  double mean_tokens_per_s = 0;
+  std::string sample;
+};
+
+TrainSummary train(const config::Config& cfg);
+
+// The HF config a model section describes: model.pretrained's or model.config_path's config.json
+// with model.config's fields on top; vocab_size defaults to the tokenizer's.
+nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer_vocab, bool* strict);
+
+// Builds the model, initialised from seed or loaded from model.pretrained.
+std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed);
+
+// Mean per-token loss over the first max_batches batches of ds (all when 0), in order.
+double evaluate(models::CausalLM& model, const data::PackedTextDataset& ds, const data::Collator& collate,
+                int64_t batch_size, int64_t max_batches, bool bf16);
+
+// Greedy decoding of max_new_tokens after the prompt ids, stopping at eos.
+std::vector<int64_t> greedy_generate(models::CausalLM& model, std::vector<int64_t> ids, int64_t max_new_tokens,
+                                     int64_t eos_id, int64_t max_context);
+
+}  // namespace mm::training
