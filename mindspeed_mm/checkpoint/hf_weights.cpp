@@ -1,0 +1,240 @@
+// Hugging Face weight directories: lazy reading through the shard index, and HF-compatible
+// sharded writing (the algorithm of huggingface_hub's split_torch_state_dict_into_shards).
+#include "mindspeed_mm/checkpoint/hf_weights.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "mindspeed_mm/core/errors.h"
+
+namespace mm::st {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+[[noreturn]] void fail(const std::string& where, const std::string& msg) {
+  throw Error(cat("hf weights: ", where, ": ", msg));
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+}  // namespace
+
+struct HFWeights::Shard {
+  std::string path;
+  std::once_flag once;
+  std::unique_ptr<SafetensorsReader> reader;
+};
+
+HFWeights::HFWeights(const std::string& dir_or_file) : source_(dir_or_file) {
+  const fs::path src(dir_or_file);
+  std::error_code ec;
+  std::vector<std::string> plain_files;  // opened eagerly: their keys are in their headers
+  if (fs::is_directory(src, ec)) {
+    if (is_file(src / kSingleFile)) {
+      plain_files.push_back((src / kSingleFile).string());
+    } else if (is_file(src / kIndexFile)) {
+      index_path_ = (src / kIndexFile).string();
+    } else {
+      std::vector<std::string> indexes;
+      for (const auto& e : fs::directory_iterator(src, ec)) {
+        const std::string name = e.path().filename().string();
+        if (!e.is_regular_file(ec)) continue;
+        if (ends_with(name, ".safetensors.index.json")) indexes.push_back(e.path().string());
+        else if (ends_with(name, ".safetensors")) plain_files.push_back(e.path().string());
+      }
+      std::sort(indexes.begin(), indexes.end());
+      std::sort(plain_files.begin(), plain_files.end());
+      if (indexes.size() > 1)
+        fail(dir_or_file, cat("several *.safetensors.index.json files (", indexes[0], ", ", indexes[1],
+                              "); pass the one to use"));
+      if (indexes.size() == 1) {
+        index_path_ = indexes[0];
+        plain_files.clear();
+      } else if (plain_files.empty()) {
+        fail(dir_or_file, cat("no ", kSingleFile, ", ", kIndexFile, " or other *.safetensors file"));
+      }
+    }
+  } else if (is_file(src)) {
+    if (ends_with(dir_or_file, ".json")) index_path_ = dir_or_file;
+    else plain_files.push_back(dir_or_file);
+  } else {
+    fail(dir_or_file, "no such file or directory");
+  }
+
+  if (!index_path_.empty()) {
+    // weight_map: tensor name -> shard file (relative to the index's directory).
+    nlohmann::ordered_json index;
+    try {
+      index = nlohmann::ordered_json::parse(read_text(index_path_));
+    } catch (const nlohmann::json::exception& e) {
+      fail(index_path_, cat("not valid JSON (", e.what(), ")"));
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      fail(index_path_, "no \"weight_map\" object");
+    const fs::path base = fs::path(index_path_).parent_path();
+    std::unordered_map<std::string, size_t> shard_of_file;
+    for (const auto& item : index["weight_map"].items()) {
+      const std::string& name = item.key();
+      if (!item.value().is_string())
+        fail(index_path_, cat("weight_map entry for \"", name, "\" is not a string"));
+      const std::string file = item.value().get<std::string>();
+      auto it = shard_of_file.find(file);
+      if (it == shard_of_file.end()) {
+        const fs::path rel(file);
+        if (rel.is_absolute() || std::find(rel.begin(), rel.end(), fs::path("..")) != rel.end())
+          fail(index_path_, cat("shard \"", file, "\" for tensor \"", name, "\" is outside the directory"));
+        const fs::path full = base / rel;
+        if (!is_file(full))
+          fail(index_path_, cat("shard file ", full.string(), " (for tensor \"", name, "\") does not exist"));
+        auto shard = std::make_unique<Shard>();
+        shard->path = full.string();
+        shards_.push_back(std::move(shard));
+        it = shard_of_file.emplace(file, shards_.size() - 1).first;
+      }
+      where_.emplace(name, it->second);
+      keys_.push_back(name);
+    }
+  }
+
+  for (const auto& file : plain_files) {
+    auto shard = std::make_unique<Shard>();
+    shard->path = file;
+    const size_t idx = shards_.size();
+    shards_.push_back(std::move(shard));
+    for (const auto& name : reader(idx).keys()) {
+      auto [it, inserted] = where_.emplace(name, idx);
+      if (!inserted)
+        fail(dir_or_file, cat("tensor \"", name, "\" is in both ", shards_[it->second]->path, " and ", file));
+      keys_.push_back(name);
+    }
+  }
+}
+
+HFWeights::~HFWeights() = default;
+
+const SafetensorsReader& HFWeights::reader(size_t shard) const {
+  Shard& s = *shards_[shard];
+  std::call_once(s.once, [&] { s.reader = std::make_unique<SafetensorsReader>(s.path); });
+  return *s.reader;
+}
+
+size_t HFWeights::locate(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(source_, cat("no tensor \"", name, "\" (", keys_.size(), " tensors present)"));
+  const SafetensorsReader& r = reader(it->second);
+  if (!r.has(name))
+    fail(index_path_, cat("maps tensor \"", name, "\" to ", r.path(), ", which does not contain it"));
+  return it->second;
+}
+
+std::vector<std::string> HFWeights::keys() const { return keys_; }
+
+bool HFWeights::has(const std::string& name) const { return where_.count(name) > 0; }
+
+at::Tensor HFWeights::get(const std::string& name) const { return reader(locate(name)).get(name); }
+
+TensorInfo HFWeights::info(const std::string& name) const { return reader(locate(name)).info(name); }
+
+std::vector<std::string> HFWeights::files() const {
+  std::vector<std::string> out;
+  for (const auto& s : shards_) out.push_back(s->path);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                     uint64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(dir, cat("cannot create directory: ", ec.message()));
+
+  // Shard assignment, as huggingface_hub: an oversized tensor gets its own shard; otherwise a
+  // tensor that would push the current shard past the limit starts a new one.
+  using Group = std::vector<std::pair<std::string, at::Tensor>>;
+  std::vector<Group> shards;
+  Group current;
+  uint64_t current_bytes = 0, total_bytes = 0;
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    if (!seen.insert(name).second) fail(dir, cat("duplicate tensor name \"", name, "\""));
+    if (!t.defined()) fail(dir, cat("tensor \"", name, "\" is undefined"));
+    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    total_bytes += nbytes;
+    if (nbytes > max_shard_bytes) {
+      shards.push_back({{name, t}});
+      continue;
+    }
+    if (current_bytes + nbytes > max_shard_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.emplace_back(name, t);
+    current_bytes += nbytes;
+  }
+  if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
+
+  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  const fs::path base(dir);
+  std::set<std::string> written;
+  if (shards.size() == 1) {
+    save_safetensors((base / kSingleFile).string(), shards[0], meta);
+    written.insert(kSingleFile);
+  } else {
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char file[64];
+      std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      save_safetensors((base / file).string(), shards[i], meta);
+      for (const auto& kv : shards[i]) weight_map[kv.first] = file;
+      written.insert(file);
+    }
+    nlohmann::json index = nlohmann::json::object();
+    index["metadata"]["total_size"] = total_bytes;
+    index["weight_map"] = std::move(weight_map);
+    // json.dumps(index, indent=2, sort_keys=True) + "\n", as transformers writes it.
+    write_file_atomic((base / kIndexFile).string(), index.dump(2) + "\n");
+    written.insert(kIndexFile);
+  }
+
+  // Files of an earlier save that would otherwise shadow or confuse this one.
+  static const std::regex stale_shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = name == kSingleFile || name == kIndexFile || std::regex_match(name, stale_shard);
+    if (ours && !written.count(name)) stale.push_back(e.path());
+  }
+  for (const auto& p : stale) fs::remove(p, ec);
+}
+
+}  // namespace mm::st

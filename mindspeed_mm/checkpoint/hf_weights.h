@@ -1,0 +1,56 @@
+// A Hugging Face model's weights: one model.safetensors, or shards named by
+// model.safetensors.index.json, read lazily; and the writer that shards like save_pretrained.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "mindspeed_mm/checkpoint/safetensors.h"
+
+namespace mm::st {
+
+// Opens, in HF's order of preference: DIR/model.safetensors, DIR/model.safetensors.index.json;
+// else the one *.safetensors.index.json in DIR (e.g. diffusers' diffusion_pytorch_model...);
+// else every *.safetensors in DIR (names must not repeat across files). A path to a
+// .safetensors file or to an *.index.json file opens just that. Shards named by an index are
+// mapped on first use, once each. Thread-safe.
+class HFWeights {
+ public:
+  explicit HFWeights(const std::string& dir_or_file);
+  ~HFWeights();
+
+  std::vector<std::string> keys() const;  // index order, or file order for plain files
+  bool has(const std::string& name) const;
+  at::Tensor get(const std::string& name) const;  // zero-copy, as SafetensorsReader::get
+  TensorInfo info(const std::string& name) const;
+  std::vector<std::string> files() const;  // the safetensors files behind these weights
+  const std::string& source() const { return source_; }
+
+ private:
+  struct Shard;
+  const SafetensorsReader& reader(size_t shard) const;
+  size_t locate(const std::string& name) const;  // shard index, or mm::Error naming source and key
+
+  std::string source_;
+  std::string index_path_;  // empty unless opened through an index
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::string> keys_;
+  std::unordered_map<std::string, size_t> where_;
+};
+
+// Writes DIR/model.safetensors when everything fits in one shard, else
+// model-00001-of-0000N.safetensors shards plus model.safetensors.index.json
+// ({"metadata": {"total_size": N}, "weight_map": {...}}, indent 2, sorted keys), as HF's
+// save_pretrained does: a tensor larger than max_shard_bytes gets a shard of its own, others fill
+// shards in order. Each file is written atomically with metadata {"format": "pt"}; the index goes
+// last, then stale files of an earlier save in DIR are removed. DIR is created if missing.
+void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                     uint64_t max_shard_bytes = 5ull << 30);
+
+}  // namespace mm::st

@@ -1,0 +1,74 @@
+// Safetensors IO: a validating, zero-copy reader over a read-only mapping of the file, and an
+// atomic writer. Format (https://github.com/huggingface/safetensors): an 8-byte little-endian
+// header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+// "__metadata__": {str: str}}, then the data section, which the tensors tile exactly.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace mm::st {
+
+// One tensor's header entry. begin/end are byte offsets relative to the data section.
+struct TensorInfo {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin, end;
+};
+
+struct Mapping;  // the file's mapping; lives as long as the reader or any tensor viewing it
+
+// Opens and fully validates a safetensors file (as strictly as HF's reader: contiguous, non-
+// overlapping offsets, sizes matching dtype x shape, no duplicate keys). Every failure is an
+// mm::Error naming the file and, where relevant, the tensor. Thread-safe after construction.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+
+  const std::vector<std::string>& keys() const;  // in file order (sorted by offset)
+  bool has(const std::string& name) const;
+  const TensorInfo& info(const std::string& name) const;  // throws mm::Error when missing
+
+  // A CPU tensor viewing the mapping (zero-copy; copies only when the data is misaligned for
+  // its dtype). Writes to it stay private to this process: the file is never modified.
+  at::Tensor get(const std::string& name) const;
+  // An owned contiguous copy, independent of the file.
+  at::Tensor get_copy(const std::string& name) const;
+
+  const std::map<std::string, std::string>& metadata() const;  // "__metadata__"
+  const std::string& path() const;
+  uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
+
+ private:
+  std::string path_;
+  std::shared_ptr<Mapping> map_;
+  uint64_t data_offset_ = 0;
+  std::vector<std::string> keys_;
+  std::unordered_map<std::string, TensorInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes atomically: to path + ".tmp", fsync, rename. Tensors are made contiguous and CPU; names
+// must be unique and not "__metadata__". The header is compact JSON padded with spaces to a
+// multiple of 8 bytes (as HF does); data offsets follow insertion order.
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Writes bytes to path + ".tmp", fsyncs, renames over path (and fsyncs the directory): a crash
+// leaves either the old file or the new one. Used for index files beside the shards.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// Safetensors dtype strings: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL (and F8_E4M3/F8_E5M2 on
+// libtorch >= 2.1). Both throw mm::Error for anything else.
+std::string dtype_to_safetensors(at::ScalarType dtype);
+at::ScalarType dtype_from_safetensors(const std::string& name);
+
+}  // namespace mm::st
