@@ -1,0 +1,59 @@
+// Runs a shell command for end-to-end tests: exit code and combined output.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "mm_test_paths.h"
+
+namespace mm::test {
+
+struct CommandResult {
+  int exit_code = -1;  // 128 + signal when killed, like a shell
+  std::string output;  // stdout and stderr
+};
+
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  std::string full = "( " + cmd + " ) 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
+  return r;
+}
+
+inline std::string mm_binary() { return MM_BINARY; }
+inline std::string source_dir() { return MM_SOURCE_DIR; }
+
+// A fresh empty directory under the build tree for one test.
+inline std::string fresh_dir(const std::string& name) {
+  std::filesystem::path d = std::filesystem::path(MM_BUILD_DIR) / "test_tmp" / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace mm::test
