@@ -1,0 +1,91 @@
+#include "mindspeed_mm/models/common/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/torch_compat.h"
+
+namespace mm::models {
+namespace {
+
+void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  MM_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: q, k, v must be [B, H, S, D] (got ",
+           q.sizes(), ", ", k.sizes(), ", ", v.sizes(), ")");
+  MM_CHECK(k.sizes() == v.sizes(), "attention: k ", k.sizes(), " and v ", v.sizes(), " differ");
+  MM_CHECK(q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention: q ", q.sizes(), " and k ", k.sizes(),
+           " disagree on batch or head_dim");
+  MM_CHECK(q.size(1) % k.size(1) == 0, "attention: query heads (", q.size(1), ") not a multiple of kv heads (",
+           k.size(1), ")");
+}
+
+// Bool [S, T]: true where query i may see key j, i.e. j <= i + (T - S).
+at::Tensor causal_keep(int64_t S, int64_t T, at::Device device) {
+  return at::ones({S, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril(T - S);
+}
+
+// Folds `causal` into the user mask: bool stays bool (and-ed), float stays additive (-inf added).
+at::Tensor merge_causal(const at::Tensor& mask, int64_t S, int64_t T, at::Device device) {
+  at::Tensor keep = causal_keep(S, T, device);
+  if (!mask.defined()) return keep;
+  if (mask.scalar_type() == at::kBool) return at::logical_and(mask, keep);
+  return mask.masked_fill(at::logical_not(keep), -std::numeric_limits<double>::infinity());
+}
+
+}  // namespace
+
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  return x.repeat_interleave(n_rep, /*dim=*/1);
+}
+
+at::Tensor scaled_dot_product_attention_math(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& attn_mask, bool causal,
+                                             c10::optional<double> scale) {
+  check_shapes(q, k, v);
+  const int64_t S = q.size(2), T = k.size(2), n_rep = q.size(1) / k.size(1);
+  const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  at::Tensor kk = repeat_kv(k, n_rep), vv = repeat_kv(v, n_rep);
+
+  // Scores in the input dtype (as HF eager does), mask and softmax in at least fp32.
+  at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) * sc;
+  const bool reduced = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
+  if (reduced) scores = scores.to(at::kFloat);
+  at::Tensor mask = causal ? merge_causal(attn_mask, S, T, q.device()) : attn_mask;
+  if (mask.defined()) {
+    if (mask.scalar_type() == at::kBool)
+      scores = scores.masked_fill(at::logical_not(mask), -std::numeric_limits<double>::infinity());
+    else
+      scores = scores + mask.to(scores.scalar_type());
+  }
+  at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
+  return at::matmul(probs, vv);
+}
+
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& attn_mask, bool causal, c10::optional<double> scale) {
+#if MM_HAS_SDPA
+  check_shapes(q, k, v);
+  const int64_t S = q.size(2), T = k.size(2), n_rep = q.size(1) / k.size(1);
+  at::Tensor kk = repeat_kv(k, n_rep), vv = repeat_kv(v, n_rep);
+  // at::sdpa's is_causal aligns the diagonal to the top-left and refuses an explicit mask with it,
+  // so anything but the plain square causal case goes in as an explicit mask.
+  const bool native_causal = causal && S == T && !attn_mask.defined();
+  at::Tensor mask = (causal && !native_causal) ? merge_causal(attn_mask, S, T, q.device()) : attn_mask;
+  if (mask.defined() && mask.scalar_type() != at::kBool) mask = mask.to(q.scalar_type());
+  c10::optional<at::Tensor> opt_mask;
+  if (mask.defined()) opt_mask = mask;
+#if MM_TORCH_AT_LEAST(2, 1)
+  return at::scaled_dot_product_attention(q, kk, vv, opt_mask, 0.0, native_causal, scale);
+#else
+  // 2.0 has no scale argument: fold the ratio to the default 1/sqrt(D) into q.
+  at::Tensor qq = q;
+  if (scale.has_value()) qq = q * (*scale * std::sqrt(static_cast<double>(q.size(3))));
+  return at::scaled_dot_product_attention(qq, kk, vv, opt_mask, 0.0, native_causal);
+#endif
+#else
+  return scaled_dot_product_attention_math(q, k, v, attn_mask, causal, scale);
+#endif
+}
+
+}  // namespace mm::models

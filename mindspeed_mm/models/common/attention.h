@@ -1,0 +1,30 @@
+// Scaled dot-product attention with grouped-query heads, shared by every attention block.
+//   out = softmax(q k^T * scale + mask) v,  scale = 1/sqrt(D) unless given
+// Uses at::scaled_dot_product_attention where libtorch has it (>= 2.0: flash / memory-efficient
+// kernels on GPU), a math path otherwise. Both give the same numbers up to kernel rounding.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Optional.h>
+
+namespace mm::models {
+
+// q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq % Hkv == 0 (kv head h serves query heads
+// h*Hq/Hkv .. (h+1)*Hq/Hkv - 1, i.e. repeat_interleave as in HF repeat_kv).
+// attn_mask (optional) broadcastable to [B, Hq, S, T]: bool (true = may attend) or additive float.
+// causal: query i sees keys j <= i + (T - S), the diagonal aligned to the END so that S new
+// queries against a KV cache of T keys behave like the last S rows of a full causal mask.
+// Rows that see no key at all come out NaN on the math path; don't build such masks.
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& attn_mask = {}, bool causal = false,
+                                        c10::optional<double> scale = c10::nullopt);
+
+// The reference path, always available (tests compare it with the fused one on 2.x).
+at::Tensor scaled_dot_product_attention_math(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             const at::Tensor& attn_mask = {}, bool causal = false,
+                                             c10::optional<double> scale = c10::nullopt);
+
+// [B, Hkv, T, D] -> [B, Hkv * n_rep, T, D], each kv head repeated n_rep times in place.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
+
+}  // namespace mm::models

@@ -1,0 +1,25 @@
+// Next-token cross-entropy over language-model logits.
+// Labels are ALIGNED with logits: labels[b, t] is the token that logits[b, t] should predict
+// (the collator does the shift, so packed and multimodal samples need no special case here).
+// Positions with label -100 are ignored. Reduced-precision logits are upcast to fp32.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace mm::models {
+
+constexpr int64_t kIgnoreIndex = -100;
+
+struct CrossEntropySum {
+  at::Tensor sum;    // 0-dim, sum of per-token losses over counted tokens (differentiable)
+  at::Tensor count;  // 0-dim int64, number of tokens with label != -100
+};
+
+// Per-token sum and token count, so callers can normalise by the token count of a whole global
+// batch (sum over micro-batches and ranks) rather than averaging per micro-batch means.
+CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels);
+
+// Mean over counted tokens; 0 (with zero gradients) when no token is counted.
+at::Tensor lm_cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
+
+}  // namespace mm::models

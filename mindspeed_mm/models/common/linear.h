@@ -1,0 +1,32 @@
+// Linear and Embedding layers with Hugging Face parameter names (`weight` [out, in], `bias`).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "mindspeed_mm/core/module.h"
+
+namespace mm::models {
+
+// y = x W^T + b, W: [out_features, in_features].
+class Linear : public mm::nn::Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias, at::ScalarType dtype = at::kFloat);
+  at::Tensor forward(const at::Tensor& x) const;
+  std::string type_name() const override { return "Linear"; }
+
+  int64_t in_features, out_features;
+  at::Tensor weight, bias;  // bias undefined when constructed without one
+};
+
+// Token lookup: weight [num_embeddings, embedding_dim].
+class Embedding : public mm::nn::Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, at::ScalarType dtype = at::kFloat);
+  at::Tensor forward(const at::Tensor& ids) const;
+  std::string type_name() const override { return "Embedding"; }
+
+  int64_t num_embeddings, embedding_dim;
+  at::Tensor weight;
+};
+
+}  // namespace mm::models

@@ -1,0 +1,23 @@
+// RMSNorm as in HF Qwen2RMSNorm / LlamaRMSNorm: y = w * (x / sqrt(mean(x^2) + eps)).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "mindspeed_mm/core/module.h"
+
+namespace mm::models {
+
+class RMSNorm : public mm::nn::Module {
+ public:
+  RMSNorm(int64_t dim, double eps, at::ScalarType dtype = at::kFloat);
+  // Reduced-precision inputs are normalised in fp32 and cast back before the weight multiplies
+  // (HF's order); fp32/fp64 inputs are computed in their own dtype.
+  at::Tensor forward(const at::Tensor& x) const;
+  std::string type_name() const override { return "RMSNorm"; }
+
+  int64_t dim;
+  double eps;
+  at::Tensor weight;
+};
+
+}  // namespace mm::models

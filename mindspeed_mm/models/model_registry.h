@@ -1,0 +1,40 @@
+// Causal language models by id ("qwen2"), built from an HF config.json object. Each model family
+// registers itself from its own .cpp with a static mm::Registrar, so adding a model touches no
+// shared file.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/core/registry.h"
+
+namespace mm::models {
+
+// What training, checkpointing and FLOPs accounting need from a decoder-only LM.
+class CausalLM : public mm::nn::Module {
+ public:
+  // input_ids [B, S] int64 -> logits [B, S, vocab]. position_ids [B, S]; undefined = 0..S-1.
+  virtual at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {}) = 0;
+  // Deterministic given the seed, independent of device and dtype.
+  virtual void init_weights(uint64_t seed) = 0;
+  // The HF config.json that reproduces this model.
+  virtual nlohmann::json hf_config() const = 0;
+  // Training FLOPs (forward + backward) per token at sequence length seq_len.
+  virtual double flops_per_token(int64_t seq_len) const = 0;
+  // The repeated blocks (decoder layers) in order: the units plans wrap and shard.
+  virtual std::vector<std::shared_ptr<mm::nn::Block>> blocks() = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+// strict: true for configs written in our YAML (unknown keys are errors), false for HF
+// config.json files (unknown keys such as architectures are ignored).
+using ModelFactory = std::function<std::shared_ptr<CausalLM>(const nlohmann::json& hf_config, bool strict)>;
+
+mm::Registry<ModelFactory>& model_registry();
+
+}  // namespace mm::models

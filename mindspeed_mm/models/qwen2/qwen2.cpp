@@ -1,0 +1,334 @@
+#include "mindspeed_mm/models/qwen2/qwen2.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+
+#include <functional>
+#include <set>
+#include <tuple>
+
+#include "mindspeed_mm/config/config_io.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/models/common/rope.h"
+
+namespace mm::models {
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+namespace {
+
+using nlohmann::json;
+
+// Keys HF writes into a Qwen2 config.json that do not change the computation here.
+const char* const kIgnoredKeys[] = {"architectures", "model_type", "transformers_version", "use_cache",
+                                    "_name_or_path", "rope_scaling"};
+const char* const kParsedKeys[] = {
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+    "hidden_act", "attention_dropout", "torch_dtype", "bos_token_id", "eos_token_id", "use_sliding_window",
+    "sliding_window", "max_window_layers", "initializer_range"};
+
+std::string did_you_mean(const std::string& key) {
+  std::vector<std::string> known(std::begin(kParsedKeys), std::end(kParsedKeys));
+  known.insert(known.end(), std::begin(kIgnoredKeys), std::end(kIgnoredKeys));
+  std::string best = mm::config::suggest(key, known);
+  return best.empty() ? "" : cat(" (did you mean '", best, "'?)");
+}
+
+// Typed access to one config object; every error names the key and the source file.
+struct Fields {
+  const json& j;
+  const std::string& source;
+
+  bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
+  [[noreturn]] void fail(const char* k, const std::string& what) const {
+    throw ConfigError(cat("config: ", k, " ", what, " in ", source));
+  }
+  int64_t integer(const char* k) const {
+    const json& v = j.at(k);
+    if (!v.is_number_integer()) fail(k, cat("must be an integer (got ", v.dump(), ")"));
+    return v.get<int64_t>();
+  }
+  int64_t required_int(const char* k) const {
+    if (!has(k)) fail(k, "is required for a qwen2 model");
+    return integer(k);
+  }
+  void opt(const char* k, int64_t& out) const { if (has(k)) out = integer(k); }
+  void opt(const char* k, c10::optional<int64_t>& out) const { if (has(k)) out = integer(k); }
+  void opt(const char* k, double& out) const {
+    if (!has(k)) return;
+    const json& v = j.at(k);
+    if (!v.is_number()) fail(k, cat("must be a number (got ", v.dump(), ")"));
+    out = v.get<double>();
+  }
+  void opt(const char* k, bool& out) const {
+    if (!has(k)) return;
+    const json& v = j.at(k);
+    if (!v.is_boolean()) fail(k, cat("must be true or false (got ", v.dump(), ")"));
+    out = v.get<bool>();
+  }
+  void opt(const char* k, std::string& out) const {
+    if (!has(k)) return;
+    const json& v = j.at(k);
+    if (!v.is_string()) fail(k, cat("must be a string (got ", v.dump(), ")"));
+    out = v.get<std::string>();
+  }
+  void positive(const char* k, int64_t v) const {
+    if (v <= 0) fail(k, cat("must be > 0 (got ", v, ")"));
+  }
+};
+
+}  // namespace
+
+Qwen2Config Qwen2Config::from_json(const json& j, const std::string& source, bool strict) {
+  if (!j.is_object()) throw ConfigError(cat("config: a qwen2 model config must be an object in ", source));
+  Fields f{j, source};
+  if (strict) {
+    std::set<std::string> known(std::begin(kParsedKeys), std::end(kParsedKeys));
+    known.insert(std::begin(kIgnoredKeys), std::end(kIgnoredKeys));
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!known.count(it.key()))
+        throw ConfigError(cat("config: unknown key '", it.key(), "' in qwen2 model config in ", source,
+                              did_you_mean(it.key())));
+  }
+
+  Qwen2Config c;
+  c.vocab_size = f.required_int("vocab_size");
+  c.hidden_size = f.required_int("hidden_size");
+  c.intermediate_size = f.required_int("intermediate_size");
+  c.num_hidden_layers = f.required_int("num_hidden_layers");
+  c.num_attention_heads = f.required_int("num_attention_heads");
+  c.num_key_value_heads = c.num_attention_heads;
+  f.opt("num_key_value_heads", c.num_key_value_heads);
+  f.opt("max_position_embeddings", c.max_position_embeddings);
+  f.opt("rms_norm_eps", c.rms_norm_eps);
+  f.opt("rope_theta", c.rope_theta);
+  f.opt("tie_word_embeddings", c.tie_word_embeddings);
+  f.opt("hidden_act", c.hidden_act);
+  f.opt("attention_dropout", c.attention_dropout);
+  f.opt("torch_dtype", c.torch_dtype);
+  f.opt("bos_token_id", c.bos_token_id);
+  if (f.has("eos_token_id")) {
+    const json& v = j.at("eos_token_id");
+    if (v.is_array()) {
+      for (auto& e : v) {
+        if (!e.is_number_integer()) f.fail("eos_token_id", cat("must be an integer or a list of integers (got ", v.dump(), ")"));
+        c.eos_token_id.push_back(e.get<int64_t>());
+      }
+    } else {
+      c.eos_token_id.push_back(f.integer("eos_token_id"));
+    }
+  }
+  f.opt("use_sliding_window", c.use_sliding_window);
+  f.opt("sliding_window", c.sliding_window);
+  f.opt("max_window_layers", c.max_window_layers);
+  f.opt("initializer_range", c.initializer_range);
+
+  f.positive("vocab_size", c.vocab_size);
+  f.positive("hidden_size", c.hidden_size);
+  f.positive("intermediate_size", c.intermediate_size);
+  f.positive("num_hidden_layers", c.num_hidden_layers);
+  f.positive("num_attention_heads", c.num_attention_heads);
+  f.positive("num_key_value_heads", c.num_key_value_heads);
+  f.positive("max_position_embeddings", c.max_position_embeddings);
+  if (c.hidden_size % c.num_attention_heads != 0)
+    f.fail("hidden_size", cat("must be a multiple of num_attention_heads (got ", c.hidden_size, " and ",
+                              c.num_attention_heads, ")"));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    f.fail("num_attention_heads", cat("must be a multiple of num_key_value_heads (got ", c.num_attention_heads,
+                                      " and ", c.num_key_value_heads, ")"));
+  if (c.head_dim() % 2 != 0)
+    f.fail("hidden_size", cat("/ num_attention_heads must be even for rotary embeddings (head_dim ", c.head_dim(), ")"));
+  if (!(c.rms_norm_eps > 0)) f.fail("rms_norm_eps", cat("must be > 0 (got ", c.rms_norm_eps, ")"));
+  if (!(c.rope_theta > 0)) f.fail("rope_theta", cat("must be > 0 (got ", c.rope_theta, ")"));
+  if (!(c.initializer_range >= 0)) f.fail("initializer_range", cat("must be >= 0 (got ", c.initializer_range, ")"));
+  if (c.hidden_act != "silu") f.fail("hidden_act", cat("must be \"silu\" (got \"", c.hidden_act, "\")"));
+  if (c.attention_dropout != 0.0)
+    f.fail("attention_dropout", cat("must be 0: attention dropout is not implemented (got ", c.attention_dropout, ")"));
+  if (c.use_sliding_window) f.fail("use_sliding_window", "must be false: sliding-window attention is not implemented");
+  if (f.has("rope_scaling")) f.fail("rope_scaling", cat("must be null for qwen2 (got ", j.at("rope_scaling").dump(), ")"));
+  static const std::set<std::string> kDtypes = {"float32", "bfloat16", "float16", "float64"};
+  if (!c.torch_dtype.empty() && !kDtypes.count(c.torch_dtype))
+    f.fail("torch_dtype", cat("must be one of float32, bfloat16, float16, float64 (got \"", c.torch_dtype, "\")"));
+  return c;
+}
+
+nlohmann::json Qwen2Config::to_json() const {
+  json j;
+  j["architectures"] = json::array({"Qwen2ForCausalLM"});
+  j["model_type"] = "qwen2";
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["hidden_act"] = hidden_act;
+  j["attention_dropout"] = attention_dropout;
+  j["initializer_range"] = initializer_range;
+  j["use_sliding_window"] = use_sliding_window;
+  j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
+  if (max_window_layers) j["max_window_layers"] = *max_window_layers;
+  if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_id.size() == 1) j["eos_token_id"] = eos_token_id[0];
+  else if (!eos_token_id.empty()) j["eos_token_id"] = eos_token_id;
+  j["use_cache"] = true;
+  return j;
+}
+
+int64_t Qwen2Config::matmul_params() const {
+  const int64_t H = hidden_size, KV = num_key_value_heads * head_dim(), I = intermediate_size;
+  const int64_t per_layer = H * H       // q_proj
+                            + 2 * H * KV  // k_proj, v_proj
+                            + H * H       // o_proj
+                            + 3 * H * I;  // gate_proj, up_proj, down_proj
+  return num_hidden_layers * per_layer + H * vocab_size;  // + lm_head
+}
+
+// Training FLOPs per token (the llm.c / PaLM-appendix accounting):
+//   weights:   each matmul weight does one multiply-add (2 FLOPs) per token in the forward pass;
+//              the backward pass computes the gradient w.r.t. the input and w.r.t. the weight,
+//              two matmuls of the same size (4 FLOPs). Total 6 * N, N = matmul_params().
+//   attention: per layer and token, q.k^T against S keys is S * hidden MACs (heads * head_dim =
+//              hidden) and probs.v another S * hidden MACs: 4 * S * hidden FLOPs forward,
+//              x3 with backward = 12 * S * hidden per layer.
+//   total  =  6 * N  +  12 * L * S * hidden.
+// The attention term counts the FULL S x S score matrix, not the causal half, as Megatron and
+// PaLM do, so MFU figures compare directly with theirs. Norms, softmax, SiLU and the embedding
+// lookup are not counted.
+double Qwen2Config::flops_per_token(int64_t seq_len) const {
+  const double weights = 6.0 * static_cast<double>(matmul_params());
+  const double attention = 12.0 * static_cast<double>(num_hidden_layers) * static_cast<double>(seq_len) *
+                           static_cast<double>(hidden_size);
+  return weights + attention;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modules
+
+Qwen2Attention::Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype)
+    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim()) {
+  const int64_t H = c.hidden_size;
+  q_proj = register_module("q_proj", std::make_shared<Linear>(H, num_heads * head_dim, true, dtype));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(H, num_kv_heads * head_dim, true, dtype));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(H, num_kv_heads * head_dim, true, dtype));
+  o_proj = register_module("o_proj", std::make_shared<Linear>(num_heads * head_dim, H, false, dtype));
+}
+
+at::Tensor Qwen2Attention::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const {
+  const int64_t B = x.size(0), S = x.size(1);
+  // [B, S, heads * D] -> [B, heads, S, D]
+  at::Tensor q = q_proj->forward(x).view({B, S, num_heads, head_dim}).transpose(1, 2);
+  at::Tensor k = k_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
+  at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
+  std::tie(q, k) = apply_rope(q, k, ctx.cos, ctx.sin);
+  at::Tensor o = scaled_dot_product_attention(q, k, v, ctx.attn_mask, ctx.causal);
+  return o_proj->forward(o.transpose(1, 2).reshape({B, S, num_heads * head_dim}));
+}
+
+Qwen2DecoderLayer::Qwen2DecoderLayer(const Qwen2Config& c, at::ScalarType dtype) {
+  input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, dtype));
+  self_attn = register_module("self_attn", std::make_shared<Qwen2Attention>(c, dtype));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, dtype));
+  mlp = register_module("mlp", std::make_shared<SwiGLUMLP>(c.hidden_size, c.intermediate_size, false, dtype));
+}
+
+at::Tensor Qwen2DecoderLayer::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) {
+  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), ctx);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+Qwen2Model::Qwen2Model(const Qwen2Config& c, at::ScalarType dtype) : config(c) {
+  embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size, dtype));
+  auto list = register_module("layers", std::make_shared<mm::nn::Module>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers.push_back(list->register_module(std::to_string(i), std::make_shared<Qwen2DecoderLayer>(c, dtype)));
+  norm = register_module("norm", std::make_shared<RMSNorm>(c.hidden_size, c.rms_norm_eps, dtype));
+}
+
+mm::nn::ForwardContext Qwen2Model::make_context(const at::Tensor& position_ids, at::ScalarType dtype) const {
+  // Angles in fp32 as HF does (fp64 when the model runs in fp64), then cast to the hidden dtype.
+  const auto table_dtype = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor inv_freq = rope_inv_freq(config.head_dim(), config.rope_theta, table_dtype, position_ids.device());
+  auto [cos, sin] = rope_cos_sin(position_ids, inv_freq);
+  mm::nn::ForwardContext ctx;
+  ctx.cos = cos.to(dtype);
+  ctx.sin = sin.to(dtype);
+  ctx.causal = true;
+  return ctx;
+}
+
+at::Tensor Qwen2Model::forward(const at::Tensor& inputs_embeds, const mm::nn::ForwardContext& ctx) {
+  at::Tensor h = inputs_embeds;
+  mm::nn::ForwardContext layer_ctx = ctx;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    layer_ctx.layer_index = static_cast<int64_t>(i);
+    h = layers[i]->call(h, layer_ctx);
+  }
+  return norm->forward(h);
+}
+
+Qwen2ForCausalLM::Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype) : config(c) {
+  model = register_module("model", std::make_shared<Qwen2Model>(c, dtype));
+  if (!c.tie_word_embeddings)
+    lm_head = register_module("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, false, dtype));
+}
+
+at::Tensor Qwen2ForCausalLM::logits(const at::Tensor& hidden) const {
+  return lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+}
+
+at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) {
+  MM_CHECK(input_ids.dim() == 2, "qwen2: input_ids must be [batch, seq] (got ", input_ids.sizes(), ")");
+  const int64_t B = input_ids.size(0), S = input_ids.size(1);
+  at::Tensor pos = position_ids.defined()
+                       ? position_ids
+                       : at::arange(S, input_ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, S});
+  at::Tensor h = model->embed_tokens->forward(input_ids);
+  mm::nn::ForwardContext ctx = model->make_context(pos, h.scalar_type());
+  return logits(model->forward(h, ctx));
+}
+
+void Qwen2ForCausalLM::init_weights(uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std_dev = config.initializer_range;
+  at::NoGradGuard no_grad;
+  auto fill_normal = [&](at::Tensor& t) {
+    t.copy_(at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std_dev, gen));
+  };
+  // Walks children() rather than named_modules() so a model that is not owned by a shared_ptr
+  // can be initialised too.
+  std::function<void(mm::nn::Module&)> visit = [&](mm::nn::Module& m) {
+    if (auto* lin = dynamic_cast<Linear*>(&m)) {
+      fill_normal(lin->weight);
+      if (lin->bias.defined()) lin->bias.zero_();
+    } else if (auto* emb = dynamic_cast<Embedding*>(&m)) {
+      fill_normal(emb->weight);
+    } else if (auto* norm = dynamic_cast<RMSNorm*>(&m)) {
+      norm->weight.fill_(1.0);
+    }
+    for (auto& [_, child] : m.children()) visit(*child);
+  };
+  visit(*this);
+}
+
+std::vector<std::shared_ptr<mm::nn::Block>> Qwen2ForCausalLM::blocks() {
+  return {model->layers.begin(), model->layers.end()};
+}
+
+namespace {
+const mm::Registrar kRegisterQwen2(model_registry(), "qwen2", [](const nlohmann::json& hf_config, bool strict) {
+  return std::static_pointer_cast<CausalLM>(
+      std::make_shared<Qwen2ForCausalLM>(Qwen2Config::from_json(hf_config, "qwen2 model config", strict)));
+});
+}  // namespace
+
+}  // namespace mm::models

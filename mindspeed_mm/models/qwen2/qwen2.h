@@ -1,0 +1,128 @@
+// Qwen2 decoder-only language model (HF Qwen2ForCausalLM), parameter names identical to the HF
+// checkpoint so a model directory loads without conversion:
+//   model.embed_tokens.weight
+//   model.layers.N.input_layernorm.weight
+//   model.layers.N.self_attn.{q,k,v}_proj.{weight,bias}   model.layers.N.self_attn.o_proj.weight
+//   model.layers.N.post_attention_layernorm.weight
+//   model.layers.N.mlp.{gate,up,down}_proj.weight
+//   model.norm.weight
+//   lm_head.weight                                          (absent when tie_word_embeddings)
+// Qwen2-VL's language model is this decoder with M-RoPE tables in the ForwardContext.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Optional.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/common/linear.h"
+#include "mindspeed_mm/models/common/mlp.h"
+#include "mindspeed_mm/models/common/norm.h"
+#include "mindspeed_mm/models/model_registry.h"
+
+namespace mm::models {
+
+// HF config.json fields of a Qwen2 model (same names, same defaults where HF has one).
+struct Qwen2Config {
+  int64_t vocab_size = 0;                 // required
+  int64_t hidden_size = 0;                // required
+  int64_t intermediate_size = 0;          // required
+  int64_t num_hidden_layers = 0;          // required
+  int64_t num_attention_heads = 0;        // required
+  int64_t num_key_value_heads = 0;        // default: num_attention_heads
+  int64_t max_position_embeddings = 32768;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";        // only silu
+  double attention_dropout = 0.0;         // only 0
+  std::string torch_dtype;                // checkpoint dtype ("bfloat16"); empty when not given
+  c10::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_id;      // HF allows an int or a list
+  bool use_sliding_window = false;        // only false (sliding_window is then ignored)
+  c10::optional<int64_t> sliding_window;
+  c10::optional<int64_t> max_window_layers;
+  double initializer_range = 0.02;
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+
+  // strict (our YAML): an unknown key is a ConfigError with a did-you-mean suggestion.
+  // non-strict (an HF config.json): unknown keys are ignored. Either way missing required keys,
+  // wrong types and inconsistent sizes are ConfigErrors naming the key and `source`.
+  static Qwen2Config from_json(const nlohmann::json& j, const std::string& source, bool strict);
+  // HF-compatible config.json (model_type "qwen2", architectures ["Qwen2ForCausalLM"]).
+  nlohmann::json to_json() const;
+
+  // Weights that enter a matmul per token: every projection of every layer plus lm_head
+  // (counted even when tied: the logits matmul is done either way). Biases, norms and the
+  // embedding lookup are not matmuls.
+  int64_t matmul_params() const;
+  // Training FLOPs per token, forward + backward, at sequence length seq_len. See qwen2.cpp.
+  double flops_per_token(int64_t seq_len) const;
+};
+
+class Qwen2Attention : public mm::nn::Module {
+ public:
+  Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype);
+  // x [B, S, hidden] -> [B, S, hidden]; uses ctx.cos/sin, ctx.attn_mask, ctx.causal.
+  at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
+  std::string type_name() const override { return "Qwen2Attention"; }
+
+  int64_t num_heads, num_kv_heads, head_dim;
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+};
+
+// Pre-norm residual block: h = x + attn(norm(x)); out = h + mlp(norm(h)).
+class Qwen2DecoderLayer : public mm::nn::Block {
+ public:
+  Qwen2DecoderLayer(const Qwen2Config& c, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) override;
+  std::string type_name() const override { return "Qwen2DecoderLayer"; }
+
+  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<Qwen2Attention> self_attn;
+  std::shared_ptr<SwiGLUMLP> mlp;
+};
+
+// The `model` subtree: embed_tokens, layers.N, norm.
+class Qwen2Model : public mm::nn::Module {
+ public:
+  Qwen2Model(const Qwen2Config& c, at::ScalarType dtype);
+  // Causal context with rotary tables for position_ids [B, S] (1-D RoPE), in `dtype`.
+  mm::nn::ForwardContext make_context(const at::Tensor& position_ids, at::ScalarType dtype) const;
+  // inputs_embeds [B, S, hidden] -> final-normed hidden states; every layer runs via Block::call.
+  at::Tensor forward(const at::Tensor& inputs_embeds, const mm::nn::ForwardContext& ctx);
+  std::string type_name() const override { return "Qwen2Model"; }
+
+  Qwen2Config config;
+  std::shared_ptr<Embedding> embed_tokens;
+  std::vector<std::shared_ptr<Qwen2DecoderLayer>> layers;  // also registered as children "layers.N"
+  std::shared_ptr<RMSNorm> norm;
+};
+
+class Qwen2ForCausalLM : public CausalLM {
+ public:
+  explicit Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype = at::kFloat);
+
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {}) override;
+  // hidden [B, S, hidden] -> logits [B, S, vocab] (through embed_tokens.weight when tied).
+  at::Tensor logits(const at::Tensor& hidden) const;
+  // Linear/Embedding weights ~ N(0, initializer_range), biases 0, norm weights 1. Values are drawn
+  // in fp32 on the CPU in named_parameters() order, so they do not depend on device or dtype.
+  void init_weights(uint64_t seed) override;
+  nlohmann::json hf_config() const override { return config.to_json(); }
+  double flops_per_token(int64_t seq_len) const override { return config.flops_per_token(seq_len); }
+  std::vector<std::shared_ptr<mm::nn::Block>> blocks() override;
+  int64_t vocab_size() const override { return config.vocab_size; }
+  std::string type_name() const override { return "Qwen2ForCausalLM"; }
+
+  Qwen2Config config;
+  std::shared_ptr<Qwen2Model> model;
+  std::shared_ptr<Linear> lm_head;  // null when tie_word_embeddings
+};
+
+}  // namespace mm::models

@@ -1,0 +1,24 @@
+// Plans: module-path patterns (core/pattern.h) that say what to do to which part of a built model.
+// Applied after construction, in the order TorchTitan uses (TP, activation checkpointing, FSDP);
+// model code knows nothing of them.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/core/module.h"
+
+namespace mm::training {
+
+// Visits `root` (path `prefix`) and every module below it, depth first, with its dotted path.
+// Unlike Module::named_modules it needs no shared_ptr to the root.
+void for_each_module(mm::nn::Module& root, const std::function<void(const std::string&, mm::nn::Module&)>& fn,
+                     const std::string& prefix = "");
+
+// Sets requires_grad=false on every parameter under a module whose path matches a pattern,
+// and on every parameter whose full name matches ("model.norm.weight"). Returns the number of
+// distinct parameter tensors the plan covers. A pattern matching nothing is a ConfigError.
+int64_t apply_freeze_plan(mm::nn::Module& root, const std::vector<std::string>& patterns);
+
+}  // namespace mm::training
