@@ -55,10 +55,15 @@ std::string version_text() {
 #else
   s += "\ncuda: no (CPU build)";
 #endif
-  s += "\ncollectives: gloo";
-#ifdef MM_WITH_CUDA
-  s += ", nccl";
+  // c10d backends compiled into this libtorch (the distributed runtime builds on them).
+  std::string backends;
+#if __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
+  backends += "gloo";
 #endif
+#if defined(MM_WITH_CUDA) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>)
+  backends += backends.empty() ? "nccl" : ", nccl";
+#endif
+  s += "\ncollectives (c10d): " + (backends.empty() ? std::string("none") : backends);
   s += "\nscaled_dot_product_attention: ";
   s += MM_HAS_SDPA ? "libtorch" : "math path (libtorch < 2.0)";
   s += "\nintra-op threads: " + std::to_string(at::get_num_threads());

@@ -29,8 +29,18 @@ TEST(Cli, VersionNamesLibtorchAndFeatures) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("libtorch 1."), std::string::npos);
   EXPECT_NE(r.output.find("cuda:"), std::string::npos);
-  EXPECT_NE(r.output.find("collectives: gloo"), std::string::npos);
+  EXPECT_NE(r.output.find("collectives (c10d): gloo"), std::string::npos);
   EXPECT_NE(r.output.find("models: qwen2"), std::string::npos);
+}
+
+TEST(Cli, BenchPeakReportsAPositiveRate) {
+  auto r = run_command(mm::test::mm_binary() + " bench peak --size 256 --reps 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  double tflops = 0;
+  auto pos = r.output.find("threads: ");
+  ASSERT_NE(pos, std::string::npos) << r.output;
+  tflops = std::atof(r.output.c_str() + pos + 9);
+  EXPECT_GT(tflops, 0.0) << r.output;
 }
 
 TEST(Cli, TrainHelpListsOverrides) {
