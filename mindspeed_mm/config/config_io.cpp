@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "mindspeed_mm/core/pattern.h"
+
 namespace mm::config {
 
 Check any() { return {}; }
@@ -285,13 +287,7 @@ void apply_override(YAML::Node& root, const std::string& assignment, Source& sou
     }
   }
   if (!value || value.IsNull()) value = YAML::Node(text.empty() ? "" : text);
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : key) {
-    if (c == '.') { parts.push_back(cur); cur.clear(); }
-    else cur += c;
-  }
-  parts.push_back(cur);
+  std::vector<std::string> parts = split_path(key);
   for (auto& p : parts)
     if (p.empty()) throw ConfigError(cat("config: override '", assignment, "' has an empty key segment"));
   // yaml-cpp nodes are handles: walk down by reassigning a handle, creating maps as needed.

@@ -7,17 +7,6 @@
 namespace mm {
 namespace {
 
-std::vector<std::string> split_dots(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == '.') { out.push_back(cur); cur.clear(); }
-    else cur += c;
-  }
-  out.push_back(cur);
-  return out;
-}
-
 bool parse_long(const std::string& s, long& v) {
   if (s.empty()) return false;
   for (char c : s)
@@ -44,7 +33,7 @@ bool glob_match(const char* p, const char* s) {
 
 PathPattern::PathPattern(const std::string& pattern) : text_(pattern) {
   if (pattern.empty()) throw ConfigError("pattern: empty module-path pattern");
-  auto parts = split_dots(pattern);
+  auto parts = split_path(pattern);
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string& part = parts[i];
     Segment seg;
@@ -93,7 +82,7 @@ PathPattern::PathPattern(const std::string& pattern) : text_(pattern) {
 }
 
 bool PathPattern::matches(const std::string& path) const {
-  auto parts = split_dots(path);
+  auto parts = split_path(path);
   size_t n = segments_.size();
   bool deep = segments_.back().kind == Segment::kDeep;
   if (deep) {
@@ -128,6 +117,17 @@ bool PathPattern::matches(const std::string& path) const {
     }
   }
   return true;
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : path) {
+    if (c == '.') { out.push_back(cur); cur.clear(); }
+    else cur += c;
+  }
+  out.push_back(cur);
+  return out;
 }
 
 bool matches_any(const std::vector<PathPattern>& patterns, const std::string& path) {

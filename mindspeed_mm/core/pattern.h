@@ -33,6 +33,9 @@ class PathPattern {
 };
 
 // True when any of `patterns` matches `path`.
+// Splits a dotted module or config path into its segments ("a..b" gives an empty one).
+std::vector<std::string> split_path(const std::string& path);
+
 bool matches_any(const std::vector<PathPattern>& patterns, const std::string& path);
 std::vector<PathPattern> compile_patterns(const std::vector<std::string>& patterns);
 

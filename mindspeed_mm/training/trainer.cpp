@@ -121,8 +121,6 @@ TrainSummary train(const config::Config& cfg) {
   // Data.
   data::LMData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data);
   data::Collator collate = data::collator_registry().get(cfg.data.collator, "data.collator")(cfg.data);
-  log::info("data: ", lm.train->size(), " train rows and ", lm.val->size(), " validation rows of ", seq_len,
-            " tokens (", lm.train->num_documents(), " + ", lm.val->num_documents(), " documents)");
 
   // Model, plans, optimizer.
   at::manual_seed(static_cast<uint64_t>(tc.seed));

@@ -121,14 +121,18 @@ TEST(TrainE2E, ExportedHFDirectoryReloadsToTheSameValidationLoss) {
   EXPECT_EQ(v1.back(), v2.front());
 }
 
+// A short run without checkpoints; its per-iteration losses go to dir/name.jsonl.
+mm::test::CommandResult short_run(const std::string& cfg, const std::string& dir, const std::string& name,
+                                  int iters, const std::string& extra = "") {
+  return run_command(mm::test::mm_binary() + " train " + cfg + " training.train_iters=" + std::to_string(iters) +
+                     " training.save_dir= training.resume= training.metrics_file=" + dir + "/" + name + ".jsonl " + extra);
+}
+
 TEST(TrainE2E, RecomputePlanGivesTheSameLosses) {
   std::string dir = mm::test::fresh_dir("recompute");
   std::string cfg = tiny_config(dir, "");
-  std::string mm = mm::test::mm_binary();
-  auto base = run_command(mm + " train " + cfg + " training.train_iters=4 training.save_dir= training.resume= "
-                          "training.metrics_file=" + dir + "/a.jsonl");
-  auto rc = run_command(mm + " train " + cfg + " training.train_iters=4 training.save_dir= training.resume= "
-                        "training.metrics_file=" + dir + "/b.jsonl features.recompute=[model.layers.{*}]");
+  auto base = short_run(cfg, dir, "a", 4);
+  auto rc = short_run(cfg, dir, "b", 4, "features.recompute=[model.layers.{*}]");
   ASSERT_EQ(base.exit_code, 0) << base.output;
   ASSERT_EQ(rc.exit_code, 0) << rc.output;
   EXPECT_NE(rc.output.find("recomputing activations of 2 blocks"), std::string::npos) << rc.output;
@@ -140,11 +144,8 @@ TEST(TrainE2E, RecomputePlanGivesTheSameLosses) {
 TEST(TrainE2E, Bf16TrainsCloseToFp32) {
   std::string dir = mm::test::fresh_dir("bf16");
   std::string cfg = tiny_config(dir, "");
-  std::string mm = mm::test::mm_binary();
-  auto f = run_command(mm + " train " + cfg + " training.train_iters=6 training.save_dir= training.resume= "
-                       "training.metrics_file=" + dir + "/f.jsonl");
-  auto b = run_command(mm + " train " + cfg + " training.train_iters=6 training.save_dir= training.resume= "
-                       "training.metrics_file=" + dir + "/b.jsonl training.precision=bf16");
+  auto f = short_run(cfg, dir, "f", 6);
+  auto b = short_run(cfg, dir, "b", 6, "training.precision=bf16");
   ASSERT_EQ(f.exit_code, 0) << f.output;
   ASSERT_EQ(b.exit_code, 0) << b.output;
   auto lf = losses(dir + "/f.jsonl"), lb = losses(dir + "/b.jsonl");
