@@ -115,7 +115,7 @@ void add_export_command(CLI::App& app) {
     if (!latest.empty()) dir = latest;
     nlohmann::json hf = checkpoint::read_hf_config(dir);
     std::string id = hf.value("model_type", "qwen2");
-    auto model = models::model_registry().get(id, "config.json model_type")(hf, false);
+    auto model = models::model_registry().get(id, "config.json model_type")(hf, dir + "/config.json", false);
     checkpoint::load_model_weights(*model, dir + "/model.safetensors");
     checkpoint::export_hf_directory(export_args.out, model->hf_config(), *model,
                                     static_cast<uint64_t>(export_args.max_shard_gb * (1ull << 30)));

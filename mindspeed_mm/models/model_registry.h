@@ -32,8 +32,10 @@ class CausalLM : public mm::nn::Module {
 };
 
 // strict: true for configs written in our YAML (unknown keys are errors), false for HF
-// config.json files (unknown keys such as architectures are ignored).
-using ModelFactory = std::function<std::shared_ptr<CausalLM>(const nlohmann::json& hf_config, bool strict)>;
+// config.json files (unknown keys such as architectures are ignored). source names where the
+// config came from in error messages ("model.config in tiny.yaml", "/models/qwen2/config.json").
+using ModelFactory =
+    std::function<std::shared_ptr<CausalLM>(const nlohmann::json& hf_config, const std::string& source, bool strict)>;
 
 mm::Registry<ModelFactory>& model_registry();
 

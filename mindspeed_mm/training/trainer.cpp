@@ -54,7 +54,10 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
   // Fields written in our YAML are checked strictly only when they are the whole config; on top
   // of a real config.json the model ignores fields it does not use, as Hugging Face does.
   if (strict) *strict = cfg.empty();
-  for (auto& [k, v] : m.config.items()) cfg[k] = v;
+  for (auto& [k, v] : m.config.items()) {
+    if (v.is_null()) cfg.erase(k);  // `model.config.key=null` removes a field
+    else cfg[k] = v;
+  }
   if (!cfg.contains("vocab_size")) cfg["vocab_size"] = tokenizer_vocab;
   if (cfg["vocab_size"].is_number_integer() && cfg["vocab_size"].get<int64_t>() < tokenizer_vocab)
     throw ConfigError(cat("config: model vocab_size ", cfg["vocab_size"].get<int64_t>(),
@@ -62,10 +65,16 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
   return cfg;
 }
 
-std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed) {
+std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
+                                              const std::string* source_file) {
   bool strict = false;
   nlohmann::json hf = resolve_hf_config(m, tokenizer_vocab, &strict);
-  auto model = models::model_registry().get(m.id, "model.id")(hf, strict);
+  std::string source = !m.pretrained.empty()    ? m.pretrained + "/config.json"
+                       : !m.config_path.empty() ? m.config_path
+                                                : "model.config";
+  if (source_file && m.pretrained.empty() && m.config_path.empty())
+    source += " in " + fs::path(*source_file).filename().string();
+  auto model = models::model_registry().get(m.id, "model.id")(hf, source, strict);
   model->init_weights(seed);
   if (!m.pretrained.empty()) {
     // Tied checkpoints sometimes carry a copy of the embedding as lm_head.weight.
@@ -118,13 +127,18 @@ TrainSummary train(const config::Config& cfg) {
   const bool bf16 = tc.precision == "bf16";
   const int64_t seq_len = cfg.data.seq_len;
 
+  // Ids first, so a typo fails before the data is read.
+  models::model_registry().get(cfg.model.id, "model.id");
+  optimizer_registry().get(tc.optimizer.id, "training.optimizer.id");
+  lr_schedule_registry().get(tc.lr_schedule.id, "training.lr_schedule.id");
+
   // Data.
   data::LMData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data);
   data::Collator collate = data::collator_registry().get(cfg.data.collator, "data.collator")(cfg.data);
 
   // Model, plans, optimizer.
   at::manual_seed(static_cast<uint64_t>(tc.seed));
-  auto model = build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed));
+  auto model = build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed), &cfg.source_file);
   if (!cfg.features.freeze.empty()) {
     int64_t n = apply_freeze_plan(*model, cfg.features.freeze);
     log::info("plan: froze ", n, " parameter tensors");

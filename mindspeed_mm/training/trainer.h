@@ -27,7 +27,9 @@ TrainSummary train(const config::Config& cfg);
 nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer_vocab, bool* strict);
 
 // Builds the model, initialised from seed or loaded from model.pretrained.
-std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed);
+// source_file (the YAML's name) only improves error messages.
+std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
+                                              const std::string* source_file = nullptr);
 
 // Mean per-token loss over the first max_batches batches of ds (all when 0), in order.
 double evaluate(models::CausalLM& model, const data::PackedTextDataset& ds, const data::Collator& collate,

@@ -73,8 +73,13 @@ TEST(Cli, ConfigErrorsExitWithCode2AndOneLine) {
 
   r = run_command(mm::test::mm_binary() + " train " + cfg + " model.config.hiden_size=64");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(last_line(r.output).find("hiden_size"), std::string::npos) << r.output;
-  EXPECT_NE(last_line(r.output).find("did you mean 'hidden_size'"), std::string::npos) << r.output;
+  EXPECT_EQ(last_line(r.output),
+            "error: config: unknown qwen2 key 'hiden_size' (did you mean 'hidden_size'?) in model.config in cfg.yaml");
+
+  r = run_command(mm::test::mm_binary() + " train " + cfg + " model.config.num_attention_heads=3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(last_line(r.output).find("num_attention_heads"), std::string::npos) << r.output;
+  EXPECT_NE(last_line(r.output).find("in model.config in cfg.yaml"), std::string::npos) << r.output;
 
   r = run_command(mm::test::mm_binary() + " train " + dir + "/missing.yaml");
   EXPECT_EQ(r.exit_code, 2);

@@ -86,7 +86,7 @@ TEST(Qwen2, ConfigStrictnessAndErrors) {
   json typo = tiny_json();
   typo["hidden_szie"] = 16;
   std::string e = config_error(typo, true);
-  EXPECT_NE(e.find("unknown key 'hidden_szie'"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown qwen2 key 'hidden_szie'"), std::string::npos) << e;
   EXPECT_NE(e.find("did you mean 'hidden_size'"), std::string::npos) << e;
   EXPECT_NE(e.find("tiny.yaml"), std::string::npos) << e;
   EXPECT_EQ(config_error(typo, false), "");  // HF config.json: ignored
@@ -237,7 +237,7 @@ TEST(Qwen2, FlopsPerTokenArithmetic) {
 
 TEST(Qwen2, RegistryBuildsFromHfConfig) {
   ASSERT_TRUE(mm::models::model_registry().has("qwen2"));
-  auto lm = mm::models::model_registry().get("qwen2")(tiny_json(), false);
+  auto lm = mm::models::model_registry().get("qwen2")(tiny_json(), "test", false);
   EXPECT_EQ(lm->vocab_size(), 32);
   EXPECT_EQ(lm->blocks().size(), 2u);
   EXPECT_EQ(lm->hf_config()["num_key_value_heads"], 2);

@@ -90,8 +90,7 @@ Qwen2Config Qwen2Config::from_json(const json& j, const std::string& source, boo
     known.insert(std::begin(kIgnoredKeys), std::end(kIgnoredKeys));
     for (auto it = j.begin(); it != j.end(); ++it)
       if (!known.count(it.key()))
-        throw ConfigError(cat("config: unknown key '", it.key(), "' in qwen2 model config in ", source,
-                              did_you_mean(it.key())));
+        throw ConfigError(cat("config: unknown qwen2 key '", it.key(), "'", did_you_mean(it.key()), " in ", source));
   }
 
   Qwen2Config c;
@@ -325,9 +324,9 @@ std::vector<std::shared_ptr<mm::nn::Block>> Qwen2ForCausalLM::blocks() {
 }
 
 namespace {
-const mm::Registrar kRegisterQwen2(model_registry(), "qwen2", [](const nlohmann::json& hf_config, bool strict) {
+const mm::Registrar kRegisterQwen2(model_registry(), "qwen2", [](const nlohmann::json& hf_config, const std::string& source, bool strict) {
   return std::static_pointer_cast<CausalLM>(
-      std::make_shared<Qwen2ForCausalLM>(Qwen2Config::from_json(hf_config, "qwen2 model config", strict)));
+      std::make_shared<Qwen2ForCausalLM>(Qwen2Config::from_json(hf_config, source, strict)));
 });
 }  // namespace
 
