@@ -1,0 +1,186 @@
+// Train-step throughput of the tiny Qwen2 LM in our engine: forward, summed next-token
+// cross-entropy / token count, backward, grad-norm clip, AdamW step, zero_grad, exactly as
+// mindspeed_mm/training/trainer.cpp does one step. bench/train_step_baseline.py is the same model
+// and loop in eager PyTorch; bench/run_train_step.sh runs both and prints the ratio.
+//
+// Weights and token batches come from seeded CPU generators in the same order as the baseline
+// draws them, so both implementations start from the same weights and see the same data: their
+// loss_first values should agree to float rounding (about ln(vocab) = 5.56 for vocab 260).
+// Batches are generated before timing, so data cost is excluded.
+//
+// Output: one line `RESULT impl=mm tokens_per_s=... step_ms=... loss_first=... loss_last=...`.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/models/model_registry.h"
+#include "mindspeed_mm/training/optimizer.h"
+
+namespace {
+
+struct Args {
+  int64_t hidden = 192, layers = 4, heads = 6, kv_heads = 2, intermediate = 512, vocab = 260;
+  int64_t seq = 128, batch = 16, steps = 20, warmup = 3, threads = 1, seed = 42;
+  std::string precision = "fp32";
+  bool phases = false;  // --phases 1: also print mean ms per phase over the timed steps
+  std::string trace;    // --trace PATH: Chrome trace of the timed steps (autograd profiler)
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::map<std::string, int64_t*> ints = {
+      {"--hidden", &a.hidden}, {"--layers", &a.layers},   {"--heads", &a.heads}, {"--kv-heads", &a.kv_heads},
+      {"--intermediate", &a.intermediate}, {"--vocab", &a.vocab}, {"--seq", &a.seq}, {"--batch", &a.batch},
+      {"--steps", &a.steps}, {"--warmup", &a.warmup}, {"--threads", &a.threads}, {"--seed", &a.seed}};
+  int64_t phases = 0;
+  ints["--phases"] = &phases;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "train_step: %s needs a value\n", k.c_str());
+      std::exit(2);
+    }
+    std::string v = argv[++i];
+    if (k == "--trace") {
+      a.trace = v;
+    } else if (k == "--precision") {
+      if (v != "fp32" && v != "bf16") {
+        std::fprintf(stderr, "train_step: --precision must be fp32 or bf16 (got %s)\n", v.c_str());
+        std::exit(2);
+      }
+      a.precision = v;
+    } else if (ints.count(k)) {
+      *ints[k] = std::atoll(v.c_str());
+    } else {
+      std::fprintf(stderr, "train_step: unknown argument %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  a.phases = phases != 0;
+  return a;
+}
+
+// bf16 as the trainer runs it: fp32 weights, CPU autocast around the forward pass.
+struct AutocastScope {
+  explicit AutocastScope(bool on) : on_(on) {
+    if (on_) mm::compat::set_cpu_autocast(true, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (on_) {
+      mm::compat::set_cpu_autocast(false, at::kBFloat16);
+      at::autocast::clear_cache();
+    }
+  }
+  bool on_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
+  at::set_num_threads(static_cast<int>(a.threads));
+  const bool bf16 = a.precision == "bf16";
+
+  nlohmann::json hf = {{"vocab_size", a.vocab},
+                       {"hidden_size", a.hidden},
+                       {"intermediate_size", a.intermediate},
+                       {"num_hidden_layers", a.layers},
+                       {"num_attention_heads", a.heads},
+                       {"num_key_value_heads", a.kv_heads},
+                       {"max_position_embeddings", std::max<int64_t>(512, a.seq)},
+                       {"rope_theta", 10000.0},
+                       {"rms_norm_eps", 1e-6},
+                       {"tie_word_embeddings", true},
+                       {"initializer_range", 0.02}};
+  auto model = mm::models::model_registry().get("qwen2")(hf, "bench config", /*strict=*/false);
+  model->init_weights(static_cast<uint64_t>(a.seed));
+
+  mm::training::AdamW optimizer(mm::training::default_param_groups(model->named_parameters()), 0.9, 0.95, 1e-8,
+                                0.1);
+  const double lr = 1e-3, clip = 1.0;
+  std::vector<at::Tensor> params = model->parameters();
+
+  // One [B, S+1] token row per step: inputs are the first S, labels the last S (aligned).
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(a.seed) + 1);
+  std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+  for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+    at::Tensor t = at::randint(a.vocab, {a.batch, a.seq + 1}, gen, at::TensorOptions().dtype(at::kLong));
+    batches.emplace_back(t.narrow(1, 0, a.seq).contiguous(), t.narrow(1, 1, a.seq).contiguous());
+  }
+
+  // Seconds per phase, summed over timed steps (CPU ops are synchronous, so wall clock is exact).
+  const char* kPhases[] = {"forward", "loss", "backward", "clip", "adamw", "zero_grad"};
+  std::vector<double> phase_s(6, 0.0);
+  bool timing = false;
+  auto clock = std::chrono::steady_clock::now();
+  auto lap = [&](int phase) {
+    if (!a.phases) return;
+    auto now = std::chrono::steady_clock::now();
+    if (timing) phase_s[phase] += std::chrono::duration<double>(now - clock).count();
+    clock = now;
+  };
+
+  double loss_first = 0, loss_last = 0;
+  auto step = [&](const std::pair<at::Tensor, at::Tensor>& b) {
+    clock = std::chrono::steady_clock::now();
+    at::Tensor logits;
+    {
+      AutocastScope autocast(bf16);
+      logits = model->forward(b.first);
+    }
+    lap(0);
+    auto ce = mm::models::lm_cross_entropy_sum(logits.to(at::kFloat), b.second);
+    const int64_t tokens = b.second.numel();  // no -100 labels in random data
+    at::Tensor loss_t = ce.sum / static_cast<double>(tokens);
+    lap(1);
+    loss_t.backward();
+    lap(2);
+    const double loss = loss_t.item<double>();
+    mm::training::clip_grad_norm(params, clip);
+    lap(3);
+    optimizer.step(lr);
+    lap(4);
+    optimizer.zero_grad();
+    lap(5);
+    return loss;
+  };
+
+  for (int64_t i = 0; i < a.warmup; ++i) {
+    double l = step(batches[i]);
+    if (i == 0) loss_first = l;
+  }
+  timing = true;
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+  if (!a.trace.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(a.trace);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < a.steps; ++i) {
+    loss_last = step(batches[a.warmup + i]);
+    if (a.warmup == 0 && i == 0) loss_first = loss_last;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  profile.reset();  // writes the trace
+
+  const double tokens = static_cast<double>(a.steps * a.batch * a.seq);
+  std::printf("RESULT impl=mm precision=%s threads=%lld tokens_per_s=%.1f step_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
+              a.precision.c_str(), static_cast<long long>(a.threads), tokens / secs, 1e3 * secs / a.steps,
+              loss_first, loss_last);
+  if (a.phases) {
+    std::printf("PHASES impl=mm");
+    for (int i = 0; i < 6; ++i) std::printf(" %s_ms=%.2f", kPhases[i], 1e3 * phase_s[i] / a.steps);
+    std::printf("\n");
+  }
+  return 0;
+}
