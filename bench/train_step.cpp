@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/model_registry.h"
@@ -90,6 +91,7 @@ struct AutocastScope {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mm::configure_host_allocator();  // as the mm binary does at start-up
   const Args a = parse_args(argc, argv);
   at::set_num_threads(static_cast<int>(a.threads));
   const bool bf16 = a.precision == "bf16";

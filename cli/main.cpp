@@ -9,9 +9,11 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/errors.h"
 
 int main(int argc, char** argv) {
+  mm::configure_host_allocator();
   CLI::App app{"mm: train vision-language and generation models (MindSpeed-MM style), in C++"};
   app.require_subcommand(1);
   app.set_version_flag("--version", [] { return mm::cli::version_text(); });

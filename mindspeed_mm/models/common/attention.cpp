@@ -32,6 +32,26 @@ at::Tensor merge_causal(const at::Tensor& mask, int64_t S, int64_t T, at::Device
   return mask.masked_fill(at::logical_not(keep), -std::numeric_limits<double>::infinity());
 }
 
+// Additive causal mask [S, T] (0 where allowed, -inf elsewhere), built once per shape and dtype:
+// adding it costs nothing in backward, unlike masked_fill, which masks the gradient again.
+at::Tensor additive_causal_mask(int64_t S, int64_t T, at::ScalarType dtype, at::Device device) {
+  struct Key {
+    int64_t S, T;
+    at::ScalarType dtype;
+    at::Device device;
+    bool operator==(const Key& o) const { return S == o.S && T == o.T && dtype == o.dtype && device == o.device; }
+  };
+  thread_local std::vector<std::pair<Key, at::Tensor>> cache;
+  Key key{S, T, dtype, device};
+  for (auto& [k, t] : cache)
+    if (k == key) return t;
+  at::Tensor m = at::zeros({S, T}, at::TensorOptions().dtype(dtype).device(device))
+                     .masked_fill(at::logical_not(causal_keep(S, T, device)), -std::numeric_limits<double>::infinity());
+  if (cache.size() >= 8) cache.erase(cache.begin());
+  cache.emplace_back(key, m);
+  return m;
+}
+
 }  // namespace
 
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
@@ -47,10 +67,16 @@ at::Tensor scaled_dot_product_attention_math(const at::Tensor& q, const at::Tens
   const double sc = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   at::Tensor kk = repeat_kv(k, n_rep), vv = repeat_kv(v, n_rep);
 
-  // Scores in the input dtype (as HF eager does), mask and softmax in at least fp32.
-  at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) * sc;
+  // Scores in the input dtype (as HF eager does), mask and softmax in at least fp32. The scale
+  // goes on q, the smaller tensor.
+  at::Tensor scores = at::matmul(q * sc, kk.transpose(-2, -1));
   const bool reduced = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
   if (reduced) scores = scores.to(at::kFloat);
+  if (causal && !attn_mask.defined()) {
+    // In place is safe: matmul saved its inputs, not its output, for backward.
+    scores.add_(additive_causal_mask(S, T, scores.scalar_type(), scores.device()));
+    return at::matmul(at::softmax(scores, -1).to(v.scalar_type()), vv);
+  }
   at::Tensor mask = causal ? merge_causal(attn_mask, S, T, q.device()) : attn_mask;
   if (mask.defined()) {
     if (mask.scalar_type() == at::kBool)
