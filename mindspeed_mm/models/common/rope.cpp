@@ -26,8 +26,9 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 std::pair<at::Tensor, at::Tensor> apply_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                              const at::Tensor& sin) {
-  at::Tensor c = cos.to(q.scalar_type()), s = sin.to(q.scalar_type());
-  return {q * c + rotate_half(q) * s, k * c + rotate_half(k) * s};
+  // No cast: cos/sin come in the model's dtype, so under bf16 autocast (fp32 weights, bf16 q)
+  // the rotation promotes to fp32, as in Hugging Face's apply_rotary_pos_emb.
+  return {q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin};
 }
 
 }  // namespace mm::models
