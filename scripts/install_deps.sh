@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes fortunes-min
   python3-torch python3-numpy
+  libpcre2-dev libicu-dev
 )
 
 missing=()

