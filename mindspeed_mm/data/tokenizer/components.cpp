@@ -2,6 +2,7 @@
 // file of tokenizers/src/{normalizers,pre_tokenizers,processors,decoders}.
 #include "mindspeed_mm/data/tokenizer/components.h"
 
+#include <algorithm>
 #include <array>
 #include <unordered_map>
 
