@@ -99,6 +99,17 @@ void check_corpus(const std::string& name, const Tokenizer& tok, const Reference
   ASSERT_GE(lines.size(), min_lines);
   ASSERT_FALSE(ref.ids.empty()) << name << ": no reference ids (see the failure above)";
   ASSERT_EQ(ref.ids.size(), lines.size()) << name << ": reference has another line count than corpus.txt";
+  // Throughput of one cold pass (empty word cache), single thread: a rough number only, the
+  // benchmark in bench/ is the one to quote.
+  size_t bytes = 0, cold_tokens = 0;
+  auto c0 = std::chrono::steady_clock::now();
+  for (const auto& line : lines) {
+    bytes += line.size();
+    cold_tokens += tok.encode(line, false).size();
+  }
+  double cold = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  std::cout << "[conformance] " << name << ": cold single-thread encode " << bytes / 1e6 / cold << " MB/s ("
+            << cold_tokens << " tokens)\n";
   size_t mismatches = 0, special_mismatches = 0, decode_mismatches = 0, roundtrip_failures = 0, tokens = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < lines.size(); ++i) {
