@@ -11,6 +11,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/tokenizer/components.h"
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
+#include "mindspeed_mm/data/tokenizer/unicode_regex.h"
 #include "run_command.h"
 
 using mm::data::Tokenizer;
@@ -107,6 +108,13 @@ TEST(Tokenizer, SplitBehaviours) {
   // A regex with a Unicode class: \p{L}+ isolates the letters, é included.
   json pre = {{"type", "Split"}, {"pattern", {{"Regex", "\\p{L}+"}}}, {"behavior", "Removed"}, {"invert", false}};
   EXPECT_EQ(load(make_json(kChars, {}, {{"pre_tokenizer", pre}})).encode("aé-b", false), (Ids{7}));
+  // Oniguruma's \s: U+0085 is whitespace, U+180E (PCRE2's \h has it) is not.
+  EXPECT_EQ(mm::data::UnicodeRegex::translate("\\s+(?!\\S)|[^\\s\\p{L}]\\h"),
+            "[\\t-\\r\\x{85}\\p{Z}]+(?![^\\t-\\r\\x{85}\\p{Z}])|[^\\t-\\r\\x{85}\\p{Z}\\p{L}][0-9a-fA-F]");
+  json ws = {{"type", "Split"}, {"pattern", {{"Regex", "\\s"}}}, {"behavior", "Removed"}, {"invert", false}};
+  Tokenizer ws_tok = load(make_json(kChars, {}, {{"pre_tokenizer", ws}, {"model", {{"ignore_merges", true}}}}));
+  EXPECT_EQ(ws_tok.encode("a\xC2\x85" "b\u3000a", false), (Ids{0, 1, 0}));
+  EXPECT_EQ(mm::data::UnicodeRegex("\\s").find_all("a\u180E" "b").size(), 0u);
   json bad = {{"type", "Split"}, {"pattern", {{"Regex", "-"}}}, {"behavior", "Sideways"}, {"invert", false}};
   EXPECT_NE(error_of(make_json(kChars, {}, {{"pre_tokenizer", bad}}).dump()).find("Split behavior 'Sideways'"),
             std::string::npos);

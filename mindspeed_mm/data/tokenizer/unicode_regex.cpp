@@ -22,6 +22,10 @@ std::string UnicodeRegex::translate(const std::string& p) {
         out += in_class ? std::string(kSpaceSet) : std::string("[") + kSpaceSet + "]";
       } else if (n == 'S' && !in_class) {
         out += std::string("[^") + kSpaceSet + "]";
+      } else if (n == 'h') {  // Ruby syntax: a hex digit (PCRE2: horizontal space)
+        out += in_class ? "0-9a-fA-F" : "[0-9a-fA-F]";
+      } else if (n == 'H' && !in_class) {
+        out += "[^0-9a-fA-F]";
       } else {
         out += c;
         out += n;

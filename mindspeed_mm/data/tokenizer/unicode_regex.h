@@ -23,7 +23,8 @@ class UnicodeRegex {
   const std::string& pattern() const { return pattern_; }
 
   // Oniguruma's `\s` is [\t-\r\x{85}\p{Z}]; PCRE2's UCP `\s` also takes U+180E. Rewrites
-  // `\s`/`\S` to the Oniguruma set; everything else passes through unchanged.
+  // `\s`/`\S` to the Oniguruma set and Ruby's `\h`/`\H` (hex digit) to classes; the rest
+  // passes through (`\S` or `\H` inside a [...] class and nested classes are not rewritten).
   static std::string translate(const std::string& onig_pattern);
 
  private:
