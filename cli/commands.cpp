@@ -48,6 +48,8 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
+void register_action(CLI::App* cmd, std::function<int()> fn) { actions()[cmd] = std::move(fn); }
+
 std::string version_text() {
   std::string s = "mm 0.1.0\nlibtorch " + compat::torch_version();
 #ifdef MM_WITH_CUDA

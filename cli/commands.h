@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <string>
 
 namespace mm::cli {
@@ -13,6 +14,9 @@ void add_version_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+// Registers what runs when subcommand `cmd` is the one chosen.
+void register_action(CLI::App* cmd, std::function<int()> fn);
 int run_selected(CLI::App& app);
 
 }  // namespace mm::cli
