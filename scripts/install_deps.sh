@@ -11,6 +11,7 @@ PACKAGES=(
   fortunes fortunes-min
   python3-torch python3-numpy
   libpcre2-dev libicu-dev
+  libsentencepiece-dev sentencepiece
 )
 
 missing=()
