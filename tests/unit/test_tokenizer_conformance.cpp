@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
-#include "run_command.h"
+#include "tokenizer_assets.h"
 
 namespace fs = std::filesystem;
 using mm::data::Tokenizer;
@@ -21,28 +21,11 @@ using mm::test::run_command;
 
 namespace {
 
-std::string assets_dir() { return std::string(MM_BUILD_DIR) + "/test_assets"; }
-
-// Runs the fetch script; a failure names it so the reader knows what to run by hand.
-void fetch_assets() {
-  std::string cmd = "bash " + mm::test::source_dir() + "/tests/tokenizer/fetch_assets.sh " + assets_dir();
-  auto r = run_command(cmd);
-  ASSERT_EQ(r.exit_code, 0) << "tokenizer assets missing: `" << cmd << "` failed (needs node, npm and network "
-                            << "the first time):\n" << r.output;
-}
+using mm::test::assets_dir;
+using mm::test::fetch_assets;
 
 std::vector<std::string> corpus_lines(const std::string& corpus = assets_dir() + "/corpus.txt") {
-  // Split on '\n' only; a final '\n' ends the last line (as reference_ids.js does).
-  std::string text = mm::test::read_file(corpus);
-  std::vector<std::string> lines;
-  size_t b = 0;
-  while (b < text.size()) {
-    size_t e = text.find('\n', b);
-    if (e == std::string::npos) e = text.size();
-    lines.push_back(text.substr(b, e - b));
-    b = e + 1;
-  }
-  return lines;
+  return mm::test::split_lines(mm::test::read_file(corpus));
 }
 
 struct Reference {
