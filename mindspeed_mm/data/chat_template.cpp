@@ -179,7 +179,7 @@ class PieceWriter {
       if (spec_.qwen_vision) token(require_token(tok_, "<|vision_start|>", spec_.name), labeled);
       for (int64_t k = 0; k < n; ++k) token(pad_id, labeled);
       if (spec_.qwen_vision) token(require_token(tok_, "<|vision_end|>", spec_.name), labeled);
-      pos = f + kImage.size();  // both placeholders are 7 bytes
+      pos = f + (kind == 'i' ? kImage : kVideo).size();
     }
   }
 

@@ -178,9 +178,9 @@ TrainSummary train(const config::Config& cfg) {
   ProgressReporter progress(cfg.tools.progress, metrics_path, tc.train_iters, tc.log_interval);
 
   TrainSummary summary;
-  std::vector<int64_t> train_counts = lm.train->token_counts(lm.vocab_size);
   if (lm.val->size() > 0) {
-    summary.unigram_baseline = data::unigram_entropy_nats(train_counts, lm.val->token_counts(lm.vocab_size));
+    summary.unigram_baseline =
+        data::unigram_entropy_nats(lm.train->token_counts(lm.vocab_size), lm.val->token_counts(lm.vocab_size));
     summary.val_loss_before = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
     progress.event(cat("validation before training: loss ", fmt(summary.val_loss_before), " (ppl ",
                        fmt(std::exp(summary.val_loss_before), 2), "); unigram baseline ",
