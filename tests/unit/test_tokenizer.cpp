@@ -116,7 +116,7 @@ TEST(Tokenizer, SplitBehaviours) {
   EXPECT_EQ(ws_tok.encode("a\xC2\x85" "b\u3000a", false), (Ids{0, 1, 0}));
   EXPECT_EQ(mm::data::UnicodeRegex("\\s").find_all("a\u180E" "b").size(), 0u);
   json bad = {{"type", "Split"}, {"pattern", {{"Regex", "-"}}}, {"behavior", "Sideways"}, {"invert", false}};
-  EXPECT_NE(error_of(make_json(kChars, {}, {{"pre_tokenizer", bad}}).dump()).find("Split behavior 'Sideways'"),
+  EXPECT_NE(error_of(make_json(kChars, {}, {{"pre_tokenizer", bad}}).dump()).find("split behavior 'Sideways'"),
             std::string::npos);
 }
 
@@ -239,20 +239,46 @@ TEST(Tokenizer, MalformedFilesAreClearErrors) {
   EXPECT_TRUE(has(error_of("[1, 2]"), "bad/tokenizer.json: top level must be a JSON object"));
   EXPECT_TRUE(has(error_of("{\"version\": \"1.0\"}"), "bad/tokenizer.json: no \"model\" section"));
   json j = make_json(kChars);
+  // Types HF has but we do not: named, never skipped.
+  j["normalizer"] = {{"type", "Nmt"}};
+  EXPECT_TRUE(has(error_of(j.dump()), "bad/tokenizer.json: normalizer type 'Nmt' is not supported"));
+  j = make_json(kChars);
+  j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  EXPECT_TRUE(has(error_of(j.dump()), "pre_tokenizer type 'UnicodeScripts' is not supported"));
+  j = make_json(kChars);
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "Teleport"}}})}};
+  EXPECT_TRUE(has(error_of(j.dump()), "decoder type 'Teleport' is not supported"));
+  j = make_json(kChars);
+  j["post_processor"] = {{"type", "Quantum"}};
+  EXPECT_TRUE(has(error_of(j.dump()), "post_processor type 'Quantum' is not supported"));
+  j = make_json(kChars);
+  j["model"]["type"] = "Trigram";
+  EXPECT_TRUE(has(error_of(j.dump()), "model type 'Trigram' is not supported"));
+  // Malformed members of supported components.
+  j = make_json(kChars);
   j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}};
-  EXPECT_TRUE(has(error_of(j.dump()), "bad/tokenizer.json: normalizer type 'Precompiled' is not supported yet"));
-  j = make_json(kChars);
-  j["pre_tokenizer"] = {{"type", "Metaspace"}};
-  EXPECT_TRUE(has(error_of(j.dump()), "pre_tokenizer type 'Metaspace' is not supported yet"));
-  j = make_json(kChars);
-  j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}})}};
-  EXPECT_TRUE(has(error_of(j.dump()), "decoder type 'ByteFallback' is not supported yet"));
+  EXPECT_TRUE(has(error_of(j.dump()), "bad/tokenizer.json: precompiled_charsmap is 3 bytes, too short"));
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AA*A"}};
+  EXPECT_TRUE(has(error_of(j.dump()), "invalid base64 character at offset 2"));
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "QAAAAAAA"}};  // declares 64 trie bytes
+  EXPECT_TRUE(has(error_of(j.dump()), "declares a 64-byte trie but holds 2 bytes"));
   j = make_json(kChars);
   j["post_processor"] = {{"type", "BertProcessing"}};
-  EXPECT_TRUE(has(error_of(j.dump()), "post_processor type 'BertProcessing' is not supported yet"));
+  EXPECT_TRUE(has(error_of(j.dump()), "post_processor 'BertProcessing' has no \"cls\""));
+  j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"<s>"}}, {"sep", {"</s>", 2}}};
+  EXPECT_TRUE(has(error_of(j.dump()), "RobertaProcessing \"cls\" must be [token, id]"));
   j = make_json(kChars);
-  j["model"]["type"] = "WordPiece";
-  EXPECT_TRUE(has(error_of(j.dump()), "model type 'WordPiece' is not supported yet"));
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}};
+  EXPECT_TRUE(has(error_of(j.dump()), "Metaspace replacement 'ab' must be one character"));
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}};
+  EXPECT_TRUE(has(error_of(j.dump()), "Metaspace prepend_scheme 'sometimes' is not one of always, first, never"));
+  j = make_json(kChars);
+  j["model"] = {{"type", "Unigram"}, {"unk_id", 5}, {"vocab", json::array({json::array({"a", -1.0})})}};
+  EXPECT_TRUE(has(error_of(j.dump()), "Unigram unk_id 5 is outside the vocabulary of 1"));
+  j["model"] = {{"type", "Unigram"}, {"vocab", json::array({json::array({"a"})})}};
+  EXPECT_TRUE(has(error_of(j.dump()), "Unigram vocab entry 0 must be [piece, score]"));
+  j["model"] = {{"type", "WordPiece"}, {"vocab", {{"a", "zero"}}}};
+  EXPECT_TRUE(has(error_of(j.dump()), "WordPiece vocab entry 'a' has a non-integer id \"zero\""));
   EXPECT_TRUE(has(error_of(make_json(kChars, {"a q"}).dump()), "uses 'q', which is not in the vocabulary"));
   EXPECT_TRUE(has(error_of(make_json(kChars, {"c a"}).dump()), "makes 'ca', which is not in the vocabulary"));
   EXPECT_TRUE(has(error_of(make_json(kChars, {"abc"}).dump()), "merge 0 'abc' is not two tokens"));

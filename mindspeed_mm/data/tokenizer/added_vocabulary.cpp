@@ -38,10 +38,10 @@ char32_t last_char(std::string_view text) {
 }
 }  // namespace
 
-void AddedVocabulary::split(std::string_view s, bool normalized_pass, std::vector<Segment>& out) const {
+void AddedVocabulary::split(std::string_view s, bool normalized_pass, std::vector<Segment>& out, bool at_start) const {
   const Trie& trie = normalized_pass ? normalized_ : raw_;
   auto push_text = [&](size_t b, size_t e) {
-    if (e > b) out.push_back({std::string(s.substr(b, e - b)), -1});
+    if (e > b) out.push_back({std::string(s.substr(b, e - b)), -1, at_start && b == 0});
   };
   if (trie.patterns.empty()) {
     push_text(0, s.size());
@@ -86,7 +86,7 @@ void AddedVocabulary::split(std::string_view s, bool normalized_pass, std::vecto
       while (stop < s.size() && unicode::is_whitespace(unicode::decode_at(s, stop))) stop += unicode::char_len(s, stop);
     }
     if (start_offset < start) push_text(start_offset, start);
-    out.push_back({std::string(s.substr(start, stop - start)), tok.id});
+    out.push_back({std::string(s.substr(start, stop - start)), tok.id, at_start && start == 0});
     start_offset = stop;
   }
   if (start_offset < s.size()) push_text(start_offset, s.size());

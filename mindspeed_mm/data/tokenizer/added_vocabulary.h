@@ -26,9 +26,11 @@ struct AddedToken {
 };
 
 // A stretch of input: plain text still to tokenize, or one added token (id >= 0).
+// at_start: the stretch begins at byte 0 of the original input.
 struct Segment {
   std::string text;
   int64_t id = -1;
+  bool at_start = false;
 };
 
 class AddedVocabulary {
@@ -43,8 +45,9 @@ class AddedVocabulary {
   }
 
   // Splits one stretch of text on the raw-text tokens (normalized_pass=false) or on the
-  // normalized tokens (true). Empty stretches are dropped.
-  void split(std::string_view text, bool normalized_pass, std::vector<Segment>& out) const;
+  // normalized tokens (true). Empty stretches are dropped. A part is at_start when `at_start`
+  // is set and the part begins at byte 0.
+  void split(std::string_view text, bool normalized_pass, std::vector<Segment>& out, bool at_start = false) const;
 
   std::optional<int64_t> token_to_id(std::string_view content) const;
   const AddedToken* by_id(int64_t id) const;

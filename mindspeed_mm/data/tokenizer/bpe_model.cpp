@@ -41,7 +41,7 @@ BpeModel::BpeModel(std::unordered_map<std::string, int64_t> vocab,
   }
 }
 
-BpeModel::BpeModel(const BpeModel& o) : vocab_(o.vocab_), merges_(o.merges_), options_(o.options_) {
+BpeModel::BpeModel(const BpeModel& o) : Model(), vocab_(o.vocab_), merges_(o.merges_), options_(o.options_) {
   id_to_token_.assign(o.id_to_token_.size(), nullptr);
   for (const auto& kv : vocab_) id_to_token_[kv.second] = &kv.first;
 }
@@ -66,21 +66,10 @@ void BpeModel::tokenize(std::string_view word, std::vector<int64_t>& out) const 
       return;
     }
   }
-  bool cacheable = word.size() < kCacheMaxWordBytes;
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    auto it = cache_.find(std::string(word));
-    if (it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (cache_.lookup(word, out)) return;
   size_t start = out.size();
   merge_word(word, out);
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() < kCacheCapacity) cache_.emplace(std::string(word), std::vector<int64_t>(out.begin() + start, out.end()));
-  }
+  cache_.insert(word, out.data() + start, out.size() - start);
 }
 
 void BpeModel::merge_word(std::string_view w, std::vector<int64_t>& out) const {

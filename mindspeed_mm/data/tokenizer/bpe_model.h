@@ -6,13 +6,15 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "mindspeed_mm/data/tokenizer/model.h"
+#include "mindspeed_mm/data/tokenizer/word_cache.h"
 
 namespace mm::data {
 
@@ -25,7 +27,7 @@ struct BpeOptions {
   bool ignore_merges = false;
 };
 
-class BpeModel {
+class BpeModel : public Model {
  public:
   // `merges` in rank order. A merge whose parts or result are not in the vocabulary is an
   // mm::Error, as it is in HF.
@@ -35,13 +37,11 @@ class BpeModel {
 
   // Appends the ids of one pre-tokenized word (valid UTF-8, already byte-level mapped when
   // the pipeline uses ByteLevel).
-  void tokenize(std::string_view word, std::vector<int64_t>& out) const;
+  void tokenize(std::string_view word, std::vector<int64_t>& out) const override;
 
-  std::optional<int64_t> token_to_id(std::string_view token) const;
-  // nullptr when the id is not in the vocabulary.
-  const std::string* id_to_token(int64_t id) const;
-  // One past the largest id in the vocabulary.
-  int64_t id_bound() const { return static_cast<int64_t>(id_to_token_.size()); }
+  std::optional<int64_t> token_to_id(std::string_view token) const override;
+  const std::string* id_to_token(int64_t id) const override;
+  int64_t id_bound() const override { return static_cast<int64_t>(id_to_token_.size()); }
 
  private:
   void merge_word(std::string_view word, std::vector<int64_t>& out) const;
@@ -53,10 +53,7 @@ class BpeModel {
   BpeOptions options_;
 
   // Words seen before: HF keeps the same kind of cache (10,000 words under 256 bytes).
-  static constexpr size_t kCacheCapacity = 10000;
-  static constexpr size_t kCacheMaxWordBytes = 256;
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
+  WordCache cache_;
 };
 
 }  // namespace mm::data

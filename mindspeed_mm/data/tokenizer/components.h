@@ -1,6 +1,12 @@
 // The pipeline stages of a Hugging Face tokenizer.json, each built from its JSON object:
-// normalizer (NFC, NFD, NFKC, NFKD, Sequence), pre-tokenizer (Split, ByteLevel, Sequence),
-// post-processor (ByteLevel, TemplateProcessing, Sequence) and decoder (ByteLevel, Sequence).
+//   normalizers:    NFC NFD NFKC NFKD Lowercase Strip StripAccents Replace Prepend Precompiled
+//                   BertNormalizer ByteLevel Sequence                  (normalizers.cpp)
+//   pre-tokenizers: ByteLevel Split Metaspace Whitespace WhitespaceSplit BertPreTokenizer
+//                   Digits Punctuation CharDelimiterSplit Sequence     (pre_tokenizers.cpp)
+//   post-processors: TemplateProcessing BertProcessing RobertaProcessing ByteLevel Sequence
+//                                                                      (post_processors.cpp)
+//   decoders:       ByteLevel Metaspace WordPiece ByteFallback Fuse Strip Replace BPEDecoder
+//                   CTC Sequence                                       (decoders.cpp)
 // Any other "type" is an mm::Error naming it and the file: never a silent fallback.
 #pragma once
 
@@ -14,10 +20,24 @@
 
 namespace mm::data {
 
+// A stretch of text moving through the pipeline. at_start: it begins at byte 0 of the
+// original input, which is what HF's `offsets_original().0 == 0` tests (Metaspace's
+// prepend_scheme "first" adds its replacement only there).
+struct Piece {
+  std::string text;
+  bool at_start = false;
+};
+
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  virtual std::string normalize(std::string text) const = 0;
+  // Normalizes one stretch; clears at_start when the first original character is deleted
+  // (the new first character then comes from a later offset).
+  virtual std::string apply(std::string text, bool& at_start) const = 0;
+  std::string normalize(std::string text) const {
+    bool at_start = false;
+    return apply(std::move(text), at_start);
+  }
 };
 
 // Splits one piece of normalized text into the pieces the model sees, appending the
@@ -25,7 +45,7 @@ class Normalizer {
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void split(const std::string& piece, std::vector<std::string>& out) const = 0;
+  virtual void split(const Piece& piece, std::vector<Piece>& out) const = 0;
 };
 
 // Adds special tokens around the ids of one sequence (only when add_special_tokens).
@@ -49,9 +69,21 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const 
 std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j, const std::string& source);
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j, const std::string& source);
 
-// GPT-2's byte-to-unicode table: byte b is written as the code point byte_char(b) (UTF-8).
+// GPT-2's byte-to-unicode table: byte b is written as the code point byte_level_char(b) (UTF-8).
 const std::string& byte_level_char(unsigned char b);
+// The byte a code point of that alphabet stands for, or -1.
+int byte_level_byte(char32_t cp);
 // The pre-tokenizer regex of GPT-2 that ByteLevel uses when use_regex is true.
 extern const char* const kGpt2Pattern;
+
+// Metaspace's JSON fields (shared by the pre-tokenizer and the decoder): replacement char,
+// prepend_scheme "always" | "first" | "never" (legacy add_prefix_space=false means never),
+// split (default true).
+struct MetaspaceOptions {
+  std::string replacement = "\xE2\x96\x81";  // U+2581
+  enum class Prepend { Always, First, Never } prepend = Prepend::Always;
+  bool split = true;
+};
+MetaspaceOptions parse_metaspace(const nlohmann::json& j, const std::string& source);
 
 }  // namespace mm::data

@@ -8,20 +8,22 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/tokenizer/added_vocabulary.h"
-#include "mindspeed_mm/data/tokenizer/bpe_model.h"
 #include "mindspeed_mm/data/tokenizer/components.h"
+#include "mindspeed_mm/data/tokenizer/model.h"
+#include "mindspeed_mm/core/parallel_for.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
 
 namespace mm::data {
 
 using nlohmann::json;
 
+// Stages are shared (immutable) so that with_bos_eos can copy a tokenizer cheaply.
 struct Tokenizer::Impl {
-  std::unique_ptr<Normalizer> normalizer;
-  std::unique_ptr<PreTokenizer> pre_tokenizer;
-  std::unique_ptr<BpeModel> model;
-  std::unique_ptr<PostProcessor> post_processor;
-  std::unique_ptr<Decoder> decoder;
+  std::shared_ptr<const Normalizer> normalizer;
+  std::shared_ptr<const PreTokenizer> pre_tokenizer;
+  std::shared_ptr<const Model> model;
+  std::shared_ptr<const PostProcessor> post_processor;
+  std::shared_ptr<const Decoder> decoder;
   AddedVocabulary added;
 };
 
@@ -40,55 +42,6 @@ json parse_json(const std::string& text, const std::string& source) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(cat(source, ": not valid JSON (", e.what(), ")"));
-  }
-}
-
-std::optional<std::string> opt_string(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  return it->get<std::string>();
-}
-
-std::unique_ptr<BpeModel> make_model(const json& m, const std::string& source) {
-  if (!m.is_object()) throw Error(cat(source, ": \"model\" is missing or not an object"));
-  std::string type = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "";
-  if (type.empty()) throw Error(cat(source, ": model has no \"type\""));
-  if (type != "BPE") throw Error(cat(source, ": model type '", type, "' is not supported yet"));
-  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
-    throw Error(cat(source, ": BPE dropout ", m["dropout"].dump(), " is not supported (training tokenizers use none)"));
-  BpeOptions o;
-  o.unk_token = opt_string(m, "unk_token");
-  o.continuing_subword_prefix = opt_string(m, "continuing_subword_prefix");
-  o.end_of_word_suffix = opt_string(m, "end_of_word_suffix");
-  o.fuse_unk = m.value("fuse_unk", false);
-  o.byte_fallback = m.value("byte_fallback", false);
-  o.ignore_merges = m.value("ignore_merges", false);
-  if (!m.contains("vocab") || !m["vocab"].is_object()) throw Error(cat(source, ": BPE model has no \"vocab\" object"));
-  std::unordered_map<std::string, int64_t> vocab;
-  vocab.reserve(m["vocab"].size());
-  for (const auto& [tok, id] : m["vocab"].items()) vocab.emplace(tok, id.get<int64_t>());
-  std::vector<std::pair<std::string, std::string>> merges;
-  if (m.contains("merges")) {
-    const json& ms = m["merges"];
-    merges.reserve(ms.size());
-    for (size_t i = 0; i < ms.size(); ++i) {
-      const json& e = ms[i];
-      if (e.is_string()) {
-        std::string s = e.get<std::string>();
-        size_t sp = s.find(' ');
-        MM_CHECK(sp != std::string::npos, source, ": merge ", i, " '", s, "' is not two tokens separated by a space");
-        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-      } else if (e.is_array() && e.size() == 2) {
-        merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-      } else {
-        throw Error(cat(source, ": merge ", i, " is neither \"a b\" nor [a, b] (got ", e.dump(), ")"));
-      }
-    }
-  }
-  try {
-    return std::make_unique<BpeModel>(std::move(vocab), merges, std::move(o));
-  } catch (const Error& e) {
-    throw Error(cat(source, ": ", e.what()));
   }
 }
 
@@ -172,6 +125,82 @@ std::string Tokenizer::gpt2_tokenizer_json(const std::string& vocab_json, const 
   return j.dump();
 }
 
+std::string Tokenizer::bert_tokenizer_json(const std::string& vocab_txt, bool lowercase) {
+  std::istringstream in(read_text(vocab_txt, "vocab.txt"));
+  json vocab = json::object();
+  std::string line;
+  int64_t id = 0;
+  for (; std::getline(in, line); ++id) {
+    // HF's WordPiece::read_file: each line, trailing whitespace trimmed, is the token with
+    // that line's number.
+    line = unicode::to_valid_utf8(line);
+    while (!line.empty()) {
+      size_t p = line.size() - 1;
+      while (p > 0 && (static_cast<unsigned char>(line[p]) & 0xC0) == 0x80) --p;
+      if (!unicode::is_whitespace(unicode::decode_at(line, p))) break;
+      line.erase(p);
+    }
+    vocab[line] = id;
+  }
+  if (id == 0) throw Error(cat(vocab_txt, ": empty vocab.txt"));
+  json added = json::array();
+  for (const char* tok : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
+    if (vocab.contains(tok))
+      added.push_back({{"id", vocab[tok]}, {"content", tok}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+  if (!vocab.contains("[UNK]")) throw Error(cat(vocab_txt, ": has no [UNK] token"));
+  json post = nullptr;
+  if (vocab.contains("[CLS]") && vocab.contains("[SEP]"))
+    post = {{"type", "TemplateProcessing"},
+            {"single", json::array({{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}},
+                                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                    {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 0}}}}})},
+            {"pair", json::array({{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                  {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
+                                  {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 1}}}}})},
+            {"special_tokens",
+             {{"[CLS]", {{"id", "[CLS]"}, {"ids", {vocab["[CLS]"]}}, {"tokens", {"[CLS]"}}}},
+              {"[SEP]", {{"id", "[SEP]"}, {"ids", {vocab["[SEP]"]}}, {"tokens", {"[SEP]"}}}}}}};
+  json j = {{"version", "1.0"},
+            {"truncation", nullptr},
+            {"padding", nullptr},
+            {"added_tokens", added},
+            {"normalizer",
+             {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+              {"strip_accents", nullptr}, {"lowercase", lowercase}}},
+            {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+            {"post_processor", post},
+            {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+            {"model",
+             {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+              {"max_input_chars_per_word", 100}, {"vocab", vocab}}}};
+  return j.dump();
+}
+
+Tokenizer Tokenizer::from_bert_vocab(const std::string& vocab_txt, bool lowercase) {
+  return from_json_text(bert_tokenizer_json(vocab_txt, lowercase), vocab_txt);
+}
+
+Tokenizer Tokenizer::with_bos_eos(const std::optional<std::string>& bos, const std::optional<std::string>& eos) const {
+  json single = json::array(), specials = json::object();
+  auto special = [&](const std::string& tok) {
+    auto id = token_to_id(tok);
+    if (!id) throw Error(cat("tokenizer: special token '", tok, "' is not in the vocabulary"));
+    single.push_back({{"SpecialToken", {{"id", tok}, {"type_id", 0}}}});
+    specials[tok] = {{"id", tok}, {"ids", {*id}}, {"tokens", {tok}}};
+  };
+  if (bos) special(*bos);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (eos) special(*eos);
+  auto impl = std::make_shared<Impl>(*impl_);
+  impl->post_processor = make_post_processor(
+      {{"type", "TemplateProcessing"}, {"single", single}, {"pair", json::array()}, {"special_tokens", specials}},
+      "tokenizer_config.json");
+  return Tokenizer(std::move(impl));
+}
+
 Tokenizer Tokenizer::from_gpt2_files(const std::string& vocab_json, const std::string& merges_txt) {
   return from_json_text(gpt2_tokenizer_json(vocab_json, merges_txt), vocab_json);
 }
@@ -180,30 +209,38 @@ std::vector<int64_t> Tokenizer::encode(std::string_view input, bool add_special_
   const Impl& t = *impl_;
   std::string text = unicode::to_valid_utf8(input);
   std::vector<Segment> raw, segments;
-  t.added.split(text, /*normalized_pass=*/false, raw);
+  t.added.split(text, /*normalized_pass=*/false, raw, /*at_start=*/true);
   for (auto& seg : raw) {
     if (seg.id >= 0) {
       segments.push_back(std::move(seg));
       continue;
     }
-    std::string normalized = t.normalizer ? t.normalizer->normalize(std::move(seg.text)) : std::move(seg.text);
-    t.added.split(normalized, /*normalized_pass=*/true, segments);
+    bool at_start = seg.at_start;
+    std::string normalized = t.normalizer ? t.normalizer->apply(std::move(seg.text), at_start) : std::move(seg.text);
+    t.added.split(normalized, /*normalized_pass=*/true, segments, at_start);
   }
   std::vector<int64_t> ids;
   ids.reserve(text.size() / 3 + 4);
-  std::vector<std::string> words;
-  for (const auto& seg : segments) {
+  std::vector<Piece> words;
+  for (auto& seg : segments) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);
       continue;
     }
     words.clear();
-    if (t.pre_tokenizer) t.pre_tokenizer->split(seg.text, words);
-    else words.push_back(seg.text);
-    for (const auto& w : words) t.model->tokenize(w, ids);
+    if (t.pre_tokenizer) t.pre_tokenizer->split(Piece{std::move(seg.text), seg.at_start}, words);
+    else words.push_back(Piece{std::move(seg.text), seg.at_start});
+    for (const auto& w : words) t.model->tokenize(w.text, ids);
   }
   if (t.post_processor) t.post_processor->process(ids, add_special_tokens);
   return ids;
+}
+
+std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts, bool add_special_tokens,
+                                                          int num_threads) const {
+  std::vector<std::vector<int64_t>> out(texts.size());
+  parallel_for(texts.size(), num_threads, [&](size_t i) { out[i] = encode(texts[i], add_special_tokens); });
+  return out;
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {

@@ -1,5 +1,6 @@
-// Tokenizer: a Hugging Face tokenizer.json (byte-level BPE: Qwen2/Qwen3, Llama 3, GPT-2),
-// producing the same ids as HF's Rust `tokenizers` library. Encoding runs HF's pipeline:
+// Tokenizer: a Hugging Face tokenizer.json (BPE: Qwen2/Qwen3, Llama 3, GPT-2, Gemma, Mistral;
+// WordPiece: BERT; Unigram: T5/ALBERT/XLM-R style; WordLevel), producing the same ids as HF's
+// Rust `tokenizers` library. Encoding runs HF's pipeline:
 // added tokens are split out of the raw text, the rest is normalized, split again on the
 // normalized added tokens, pre-tokenized, run through the model, and post-processed.
 //
@@ -7,8 +8,8 @@
 // U+FFFD, as in Rust's String::from_utf8_lossy and in the JS string the Node binding of HF
 // receives, so such input encodes like HF's encoding of the repaired text.
 //
-// Supported components are listed in components.h; any other type, a model other than BPE,
-// or BPE dropout is an mm::Error naming it.
+// Supported components are listed in components.h and model.h; any other type, or BPE
+// dropout, is an mm::Error naming it. Encoding is const and thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,21 @@ class Tokenizer {
   // The tokenizer.json text that from_gpt2_files builds (for feeding HF the same tokenizer).
   static std::string gpt2_tokenizer_json(const std::string& vocab_json, const std::string& merges_txt);
 
+  // BERT's vocab.txt (one token per line, id = line number): the pipeline of
+  // bert-base-(un)cased's tokenizer.json: BertNormalizer (lowercase and accent stripping when
+  // `lowercase`), BertPreTokenizer, WordPiece with "##", [CLS] $A [SEP], WordPiece decoder.
+  static Tokenizer from_bert_vocab(const std::string& vocab_txt, bool lowercase = true);
+  static std::string bert_tokenizer_json(const std::string& vocab_txt, bool lowercase = true);
+
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const;
+  // encode() of every text, on up to num_threads threads (0: all hardware threads); the
+  // result is the same for any thread count.
+  std::vector<std::vector<int64_t>> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens,
+                                                 int num_threads = 0) const;
+  // Replaces the post-processor by the template [bos] $A [eos] (either may be absent), as
+  // transformers does for Llama/Gemma tokenizers when tokenizer_config.json sets
+  // add_bos_token / add_eos_token. A token missing from the vocabulary is an mm::Error.
+  Tokenizer with_bos_eos(const std::optional<std::string>& bos, const std::optional<std::string>& eos) const;
   // Ids outside the vocabulary are an mm::Error (HF drops them silently).
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const;
 

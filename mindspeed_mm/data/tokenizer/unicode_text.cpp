@@ -1,9 +1,14 @@
 // UTF-8 repair and Unicode properties; normalization through ICU's Normalizer2.
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
 
+#include <unicode/brkiter.h>
 #include <unicode/normalizer2.h>
+#include <unicode/ustring.h>
+#include <unicode/utext.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
+
+#include <memory>
 
 #include "mindspeed_mm/core/errors.h"
 
@@ -115,6 +120,62 @@ bool is_word_char(char32_t c) {
   if (u_isUAlphabetic(static_cast<UChar32>(c))) return true;
   int8_t t = u_charType(static_cast<UChar32>(c));
   return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
+}
+
+namespace {
+uint32_t category_mask(char32_t c) { return U_GET_GC_MASK(static_cast<UChar32>(c)); }
+}  // namespace
+
+bool is_punctuation(char32_t c) {
+  if (c < 0x80) return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') || (c >= '{' && c <= '~');
+  return (category_mask(c) & U_GC_P_MASK) != 0;
+}
+bool is_other(char32_t c) { return (category_mask(c) & U_GC_C_MASK) != 0; }
+bool is_mark_nonspacing(char32_t c) { return (category_mask(c) & U_GC_MN_MASK) != 0; }
+bool is_combining_mark(char32_t c) { return (category_mask(c) & U_GC_M_MASK) != 0; }
+bool is_numeric(char32_t c) { return (category_mask(c) & U_GC_N_MASK) != 0; }
+bool is_regex_word(char32_t c) {
+  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  if (c == 0x200C || c == 0x200D) return true;  // Join_Control
+  if (u_isUAlphabetic(static_cast<UChar32>(c))) return true;
+  return (category_mask(c) & (U_GC_M_MASK | U_GC_ND_MASK | U_GC_PC_MASK)) != 0;
+}
+
+void append_lowercase(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    return;
+  }
+  // One code point at a time, so no context (Final_Sigma) applies, as in Rust.
+  UChar src[2];
+  int32_t n = 0;
+  U16_APPEND_UNSAFE(src, n, static_cast<UChar32>(c));
+  UChar dst[8];
+  UErrorCode status = U_ZERO_ERROR;
+  int32_t len = u_strToLower(dst, 8, src, n, "", &status);
+  if (U_FAILURE(status) || len > 8) {
+    append_utf8(out, c);
+    return;
+  }
+  for (int32_t i = 0; i < len;) {
+    UChar32 cp;
+    U16_NEXT(dst, i, len, cp);
+    append_utf8(out, static_cast<char32_t>(cp));
+  }
+}
+
+std::vector<size_t> grapheme_starts(std::string_view text) {
+  std::vector<size_t> starts;
+  UErrorCode status = U_ZERO_ERROR;
+  UText* ut = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
+  thread_local std::unique_ptr<icu::BreakIterator> it;
+  if (!it) it.reset(icu::BreakIterator::createCharacterInstance(icu::Locale::getRoot(), status));
+  MM_CHECK(U_SUCCESS(status) && it, "tokenizer: ICU grapheme iterator unavailable (", u_errorName(status), ")");
+  it->setText(ut, status);
+  for (int32_t b = it->first(); b != icu::BreakIterator::DONE; b = it->next()) starts.push_back(static_cast<size_t>(b));
+  utext_close(ut);
+  if (starts.empty() || starts.back() != text.size()) starts.push_back(text.size());
+  return starts;
 }
 
 std::string normalize(std::string_view text, NormalForm form) {

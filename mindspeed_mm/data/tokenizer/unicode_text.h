@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mm::data::unicode {
 
@@ -28,6 +29,23 @@ std::string to_valid_utf8(std::string_view bytes);
 bool is_whitespace(char32_t c);
 // HF's added-token word character: Rust char::is_alphanumeric (Alphabetic, Nd, Nl, No) or '_'.
 bool is_word_char(char32_t c);
+
+// General-category tests with the meaning the Rust crates behind HF's components give them:
+// Rust char::is_ascii_punctuation || unicode_categories' is_punctuation (P*), is_other (C*),
+// is_mark_nonspacing (Mn), unicode-normalization's is_combining_mark (M*), char::is_numeric (N*).
+bool is_punctuation(char32_t c);
+bool is_other(char32_t c);
+bool is_mark_nonspacing(char32_t c);
+bool is_combining_mark(char32_t c);
+bool is_numeric(char32_t c);
+// The Rust regex crate's Unicode `\w`: Alphabetic, M, Nd, Pc or Join_Control.
+bool is_regex_word(char32_t c);
+
+// Appends Rust's char::to_lowercase(c): the full, context-free mapping (U+0130 -> "i\u0307").
+void append_lowercase(std::string& out, char32_t c);
+
+// Byte offsets where the extended grapheme clusters of valid UTF-8 text start, then text.size().
+std::vector<size_t> grapheme_starts(std::string_view text);
 
 enum class NormalForm { NFC, NFD, NFKC, NFKD };
 // Normalizes valid UTF-8 text.
