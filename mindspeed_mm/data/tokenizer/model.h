@@ -28,6 +28,8 @@ class Model {
   virtual const std::string* id_to_token(int64_t id) const = 0;
   // One past the largest id in the vocabulary.
   virtual int64_t id_bound() const = 0;
+  // The number of entries (HF's get_vocab_size; below id_bound() when ids have holes).
+  virtual size_t vocab_len() const = 0;
 };
 
 // A token -> id vocabulary with the reverse lookup the models share.
@@ -47,6 +49,7 @@ class Vocab {
     return id < 0 || id >= static_cast<int64_t>(by_id_.size()) ? nullptr : by_id_[id];
   }
   int64_t id_bound() const { return static_cast<int64_t>(by_id_.size()); }
+  size_t size() const { return map_.size(); }
 
  private:
   std::unordered_map<std::string, int64_t> map_;

@@ -99,7 +99,10 @@ class ReplaceNormalizer : public Normalizer {
   std::string apply(std::string text, bool& at_start) const override {
     Matches m = regex ? regex->find_all(text) : literal_matches(text, literal);
     if (m.empty()) return text;
-    if (content.empty() && m[0].first == 0 && m[0].second > 0) at_start = false;
+    // HF aligns inserted content with the last character it replaces, so the text no longer
+    // starts at offset 0 when a match at 0 is deleted or spans more than one character.
+    if (m[0].first == 0 && m[0].second > 0 && (content.empty() || unicode::char_len(text, 0) < m[0].second))
+      at_start = false;
     std::string out;
     out.reserve(text.size());
     size_t prev = 0;
@@ -122,13 +125,9 @@ class PrependNormalizer : public Normalizer {
 class PrecompiledNormalizer : public Normalizer {
  public:
   explicit PrecompiledNormalizer(PrecompiledCharsmap map) : map_(std::move(map)) {}
-  std::string apply(std::string text, bool& at_start) const override {
-    if (map_.empty()) return text;
-    bool first_deleted = false;
-    std::string out = map_.normalize(text, &first_deleted);
-    if (first_deleted) at_start = false;
-    return out;
-  }
+  // Keeps at_start even when the first character maps to nothing: HF's transform then aligns
+  // the next character with the deleted one.
+  std::string apply(std::string text, bool&) const override { return map_.empty() ? text : map_.normalize(text); }
 
  private:
   PrecompiledCharsmap map_;

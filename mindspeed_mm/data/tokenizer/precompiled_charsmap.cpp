@@ -57,16 +57,14 @@ std::optional<std::string_view> PrecompiledCharsmap::transform(std::string_view 
   return std::nullopt;
 }
 
-std::string PrecompiledCharsmap::normalize(std::string_view text, bool* first_deleted) const {
+std::string PrecompiledCharsmap::normalize(std::string_view text) const {
   std::string out;
   out.reserve(text.size());
-  if (first_deleted) *first_deleted = false;
   std::vector<size_t> g = unicode::grapheme_starts(text);
   for (size_t k = 0; k + 1 < g.size(); ++k) {
     std::string_view grapheme = text.substr(g[k], g[k + 1] - g[k]);
     if (grapheme.size() < 6) {
       if (auto n = transform(grapheme)) {
-        if (k == 0 && first_deleted) *first_deleted = n->empty();
         out.append(*n);
         continue;
       }
@@ -75,7 +73,6 @@ std::string PrecompiledCharsmap::normalize(std::string_view text, bool* first_de
       size_t len = unicode::char_len(grapheme, i);
       std::string_view ch = grapheme.substr(i, len);
       if (auto n = transform(ch)) {
-        if (k == 0 && i == 0 && first_deleted) *first_deleted = n->empty();
         out.append(*n);
       } else {
         out.append(ch);

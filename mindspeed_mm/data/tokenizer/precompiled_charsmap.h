@@ -23,9 +23,8 @@ class PrecompiledCharsmap {
   std::optional<std::string_view> transform(std::string_view chunk) const;
 
   // HF's Precompiled::normalize: each grapheme shorter than 6 bytes is replaced whole when it
-  // has a replacement, otherwise each of its characters is. first_deleted reports that the
-  // text's first grapheme or character was replaced by nothing.
-  std::string normalize(std::string_view text, bool* first_deleted = nullptr) const;
+  // has a replacement, otherwise each of its characters is.
+  std::string normalize(std::string_view text) const;
 
   bool empty() const { return trie_.empty(); }
 

@@ -2,6 +2,7 @@
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
 
 #include <fstream>
+#include <unordered_map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -68,18 +69,32 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
     impl->decoder = make_decoder(section("decoder"), source);
     const json& at = section("added_tokens");
     if (!at.is_null() && !at.is_array()) throw Error(cat(source, ": \"added_tokens\" must be a list"));
+    // HF re-derives the ids (AddedVocabulary::add_tokens): a token already in the model's
+    // vocabulary keeps the model's id, the others take ids from the model's vocabulary size
+    // on, in file order; the "id" written in the file is only checked for presence. A
+    // repeated content keeps its first id and takes the later flags.
     std::vector<AddedToken> tokens;
+    std::unordered_map<std::string, size_t> seen;
+    int64_t next_id = static_cast<int64_t>(impl->model->vocab_len());
     for (const auto& t : at) {
       AddedToken a;
       a.content = t.at("content").get<std::string>();
-      // HF re-derives ids: a token already in the model's vocabulary keeps the model's id.
-      auto model_id = impl->model->token_to_id(a.content);
-      a.id = model_id ? *model_id : t.at("id").get<int64_t>();
+      t.at("id").get<int64_t>();
       a.special = t.value("special", false);
       a.lstrip = t.value("lstrip", false);
       a.rstrip = t.value("rstrip", false);
       a.single_word = t.value("single_word", false);
       a.normalized = t.value("normalized", !a.special);
+      if (a.content.empty()) continue;  // HF ignores empty tokens
+      auto it = seen.find(a.content);
+      if (it != seen.end()) {
+        a.id = tokens[it->second].id;
+        tokens[it->second] = std::move(a);
+        continue;
+      }
+      auto model_id = impl->model->token_to_id(a.content);
+      a.id = model_id ? *model_id : next_id++;
+      seen.emplace(a.content, tokens.size());
       tokens.push_back(std::move(a));
     }
     const Normalizer* n = impl->normalizer.get();
@@ -270,7 +285,7 @@ std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::string Tokenizer::id_to_token(int64_t id) const {
-  if (const AddedToken* a = impl_->added.by_id(id)) return a->content;
+  if (const std::string* a = impl_->added.text_of(id)) return *a;
   if (const std::string* s = impl_->model->id_to_token(id)) return *s;
   throw Error(cat("tokenizer: id ", id, " is not in the vocabulary (size ", vocab_size(), ")"));
 }

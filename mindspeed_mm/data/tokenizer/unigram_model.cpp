@@ -95,6 +95,7 @@ class UnigramModel : public Model {
     return id < 0 || id >= static_cast<int64_t>(pieces_.size()) ? nullptr : &pieces_[id].first;
   }
   int64_t id_bound() const override { return static_cast<int64_t>(pieces_.size()); }
+  size_t vocab_len() const override { return pieces_.size(); }
 
  private:
   // The best segmentation as [begin, end) byte ranges; adjacent unk pieces are fused.

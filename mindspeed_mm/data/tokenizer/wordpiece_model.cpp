@@ -60,6 +60,7 @@ class WordPieceModel : public Model {
   std::optional<int64_t> token_to_id(std::string_view t) const override { return vocab_.find(t); }
   const std::string* id_to_token(int64_t id) const override { return vocab_.token(id); }
   int64_t id_bound() const override { return vocab_.id_bound(); }
+  size_t vocab_len() const override { return vocab_.size(); }
 
  private:
   int64_t unk_id() const {
@@ -89,6 +90,7 @@ class WordLevelModel : public Model {
   std::optional<int64_t> token_to_id(std::string_view t) const override { return vocab_.find(t); }
   const std::string* id_to_token(int64_t id) const override { return vocab_.token(id); }
   int64_t id_bound() const override { return vocab_.id_bound(); }
+  size_t vocab_len() const override { return vocab_.size(); }
 
  private:
   Vocab vocab_;
