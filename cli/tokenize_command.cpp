@@ -1,5 +1,6 @@
 // `mm tokenize`: encode stdin lines to ids, or decode id lines back to text, with a Hugging Face
-// tokenizer (a directory holding tokenizer.json or vocab.json + merges.txt, or the file itself).
+// tokenizer: a model directory (see pretrained_tokenizer.h for what it may hold) or a
+// tokenizer.json file; tokenizer_config.json beside it is applied.
 // For debugging data pipelines: what ids does this text really become?
 #include <cstdio>
 #include <filesystem>
@@ -9,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "mindspeed_mm/core/errors.h"
-#include "mindspeed_mm/data/tokenizer/tokenizer.h"
+#include "mindspeed_mm/data/tokenizer/pretrained_tokenizer.h"
 
 namespace mm::cli {
 namespace {
@@ -23,20 +24,8 @@ struct TokenizeArgs {
   bool tokens = false;
 } args;
 
-data::Tokenizer load_tokenizer(const std::string& path) {
-  fs::path p(path);
-  if (fs::is_directory(p)) {
-    if (fs::exists(p / "tokenizer.json")) return data::Tokenizer::from_file((p / "tokenizer.json").string());
-    if (fs::exists(p / "vocab.json") && fs::exists(p / "merges.txt"))
-      return data::Tokenizer::from_gpt2_files((p / "vocab.json").string(), (p / "merges.txt").string());
-    throw Error(cat("tokenize: '", path, "' holds neither tokenizer.json nor vocab.json + merges.txt"));
-  }
-  if (!fs::exists(p)) throw Error(cat("tokenize: '", path, "' does not exist"));
-  return data::Tokenizer::from_file(path);
-}
-
 int run_tokenize() {
-  data::Tokenizer tok = load_tokenizer(args.tokenizer);
+  data::Tokenizer tok = data::load_pretrained_tokenizer(args.tokenizer).tokenizer;
   std::string line;
   int64_t line_no = 0;
   while (std::getline(std::cin, line)) {

@@ -30,7 +30,7 @@ TEST(TokenizeCli, EncodesDecodesAndRejectsBadIds) {
 
   r = run_command(mm::test::mm_binary() + " tokenize --tokenizer " + tmp + " < " + tmp + "/in.txt");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output, "error: tokenize: '" + tmp + "' holds neither tokenizer.json nor vocab.json + merges.txt\n");
+  EXPECT_EQ(r.output, "error: " + tmp + ": holds no tokenizer.json, vocab.json + merges.txt, vocab.txt or tokenizer.model\n");
 }
 
 }  // namespace

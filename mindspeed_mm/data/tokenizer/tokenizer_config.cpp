@@ -75,6 +75,9 @@ TokenizerConfig load_tokenizer_config(const std::string& dir_or_file) {
   }
   c.add_bos_token = r.flag("add_bos_token", false);
   c.add_eos_token = r.flag("add_eos_token", false);
+  c.has_add_bos_token = j.contains("add_bos_token") && !j["add_bos_token"].is_null();
+  c.has_add_eos_token = j.contains("add_eos_token") && !j["add_eos_token"].is_null();
+  if (j.contains("do_lower_case") && !j["do_lower_case"].is_null()) c.do_lower_case = r.flag("do_lower_case", true);
   if (j.contains("model_max_length") && !j["model_max_length"].is_null()) {
     const json& m = j["model_max_length"];
     if (!m.is_number() || m.get<double>() <= 0) r.fail("model_max_length", cat("must be a positive number (got ", m.dump(), ")"));

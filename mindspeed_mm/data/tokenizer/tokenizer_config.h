@@ -15,6 +15,9 @@ struct TokenizerConfig {
   std::vector<std::string> additional_special_tokens;
   bool add_bos_token = false;
   bool add_eos_token = false;
+  bool has_add_bos_token = false;  // the file sets add_bos_token (Llama/Gemma default it to true)
+  bool has_add_eos_token = false;
+  std::optional<bool> do_lower_case;  // BERT-style vocab.txt tokenizers
   // HF writes 1e30 ("no limit") for many models; such values are kept as INT64_MAX.
   int64_t model_max_length = INT64_MAX;
   std::string chat_template;      // Jinja source, empty when absent
