@@ -4,7 +4,6 @@
 #include "mindspeed_mm/data/tokenizer/components.h"
 #include "mindspeed_mm/data/tokenizer/json_fields.h"
 #include "mindspeed_mm/data/tokenizer/text_split.h"
-#include "mindspeed_mm/data/tokenizer/unicode_regex.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
 
 namespace mm::data {
@@ -171,24 +170,15 @@ class StripDecoder : public Decoder {
 
 class ReplaceDecoder : public Decoder {
  public:
-  std::unique_ptr<UnicodeRegex> regex;
-  std::string literal, content;
+  ReplaceDecoder(TextPattern p, std::string content) : pattern_(std::move(p)), content_(std::move(content)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
-    for (auto& t : tokens) {
-      Matches m = regex ? regex->find_all(t) : literal_matches(t, literal);
-      if (m.empty()) continue;
-      std::string out;
-      size_t prev = 0;
-      for (auto [b, e] : m) {
-        out.append(t, prev, b - prev);
-        out += content;
-        prev = e;
-      }
-      out.append(t, prev, std::string::npos);
-      t.swap(out);
-    }
+    for (auto& t : tokens) t = pattern_.replace(t, content_);
     return tokens;
   }
+
+ private:
+  TextPattern pattern_;
+  std::string content_;
 };
 
 // BPEDecoder: the end-of-word suffix becomes a space, except on the last token.
@@ -255,15 +245,10 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& source) 
     d->stop = member(j, "stop", source, "decoder").get<size_t>();
     return d;
   }
-  if (type == "Replace") {
-    auto d = std::make_unique<ReplaceDecoder>();
-    const json& pat = member(j, "pattern", source, "decoder");
-    if (pat.contains("Regex")) d->regex = std::make_unique<UnicodeRegex>(pat["Regex"].get<std::string>());
-    else if (pat.contains("String")) d->literal = pat["String"].get<std::string>();
-    else throw Error(cat(source, ": Replace pattern must be {\"Regex\": ...} or {\"String\": ...} (got ", pat.dump(), ")"));
-    d->content = member(j, "content", source, "decoder").get<std::string>();
-    return d;
-  }
+  if (type == "Replace")
+    return std::make_unique<ReplaceDecoder>(
+        TextPattern::parse(member(j, "pattern", source, "decoder"), source, "Replace pattern"),
+        member(j, "content", source, "decoder").get<std::string>());
   if (type == "BPEDecoder") {
     auto d = std::make_unique<BpeSuffixDecoder>();
     d->suffix = string_or(j, "suffix", "</w>");

@@ -7,7 +7,6 @@
 #include "mindspeed_mm/data/tokenizer/json_fields.h"
 #include "mindspeed_mm/data/tokenizer/precompiled_charsmap.h"
 #include "mindspeed_mm/data/tokenizer/text_split.h"
-#include "mindspeed_mm/data/tokenizer/unicode_regex.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
 
 namespace mm::data {
@@ -94,26 +93,20 @@ class StripAccentsNormalizer : public Normalizer {
 // Replace: every match of a literal or an (Oniguruma-syntax) regex becomes `content`.
 class ReplaceNormalizer : public Normalizer {
  public:
-  std::unique_ptr<UnicodeRegex> regex;
-  std::string literal, content;
+  explicit ReplaceNormalizer(TextPattern p, std::string content) : pattern_(std::move(p)), content_(std::move(content)) {}
   std::string apply(std::string text, bool& at_start) const override {
-    Matches m = regex ? regex->find_all(text) : literal_matches(text, literal);
+    Matches m = pattern_.find(text);
     if (m.empty()) return text;
     // HF aligns inserted content with the last character it replaces, so the text no longer
     // starts at offset 0 when a match at 0 is deleted or spans more than one character.
-    if (m[0].first == 0 && m[0].second > 0 && (content.empty() || unicode::char_len(text, 0) < m[0].second))
+    if (m[0].first == 0 && m[0].second > 0 && (content_.empty() || unicode::char_len(text, 0) < m[0].second))
       at_start = false;
-    std::string out;
-    out.reserve(text.size());
-    size_t prev = 0;
-    for (auto [b, e] : m) {
-      out.append(text, prev, b - prev);
-      out += content;
-      prev = e;
-    }
-    out.append(text, prev, std::string::npos);
-    return out;
+    return pattern_.replace(text, content_);
   }
+
+ private:
+  TextPattern pattern_;
+  std::string content_;
 };
 
 class PrependNormalizer : public Normalizer {
@@ -226,15 +219,10 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& so
     n->right = flag(j, "strip_right", true);
     return n;
   }
-  if (type == "Replace") {
-    auto n = std::make_unique<ReplaceNormalizer>();
-    const json& pat = member(j, "pattern", source, "normalizer");
-    if (pat.contains("Regex")) n->regex = std::make_unique<UnicodeRegex>(pat["Regex"].get<std::string>());
-    else if (pat.contains("String")) n->literal = pat["String"].get<std::string>();
-    else throw Error(cat(source, ": Replace pattern must be {\"Regex\": ...} or {\"String\": ...} (got ", pat.dump(), ")"));
-    n->content = member(j, "content", source, "normalizer").get<std::string>();
-    return n;
-  }
+  if (type == "Replace")
+    return std::make_unique<ReplaceNormalizer>(
+        TextPattern::parse(member(j, "pattern", source, "normalizer"), source, "Replace pattern"),
+        member(j, "content", source, "normalizer").get<std::string>());
   if (type == "Prepend") {
     auto n = std::make_unique<PrependNormalizer>();
     n->prefix = member(j, "prepend", source, "normalizer").get<std::string>();

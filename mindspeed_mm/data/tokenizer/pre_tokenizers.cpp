@@ -41,13 +41,15 @@ const ByteLevelTable& table() {
 
 class SplitPreTokenizer : public PreTokenizer {
  public:
-  std::unique_ptr<UnicodeRegex> regex;  // or a literal
-  std::string literal;
-  SplitBehavior behavior = SplitBehavior::Isolated;
-  bool invert = false;
+  SplitPreTokenizer(TextPattern p, SplitBehavior b, bool invert) : pattern_(std::move(p)), behavior_(b), invert_(invert) {}
   void split(const Piece& piece, std::vector<Piece>& out) const override {
-    split_piece(piece, regex ? regex->find_all(piece.text) : literal_matches(piece.text, literal), invert, behavior, out);
+    split_piece(piece, pattern_.find(piece.text), invert_, behavior_, out);
   }
+
+ private:
+  TextPattern pattern_;
+  SplitBehavior behavior_;
+  bool invert_;
 };
 
 class ByteLevelPreTokenizer : public PreTokenizer {
@@ -194,16 +196,11 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
     p->use_regex = flag(j, "use_regex", true);
     return p;
   }
-  if (type == "Split") {
-    auto p = std::make_unique<SplitPreTokenizer>();
-    const json& pat = member(j, "pattern", source, "pre_tokenizer");
-    if (pat.contains("Regex")) p->regex = std::make_unique<UnicodeRegex>(pat["Regex"].get<std::string>());
-    else if (pat.contains("String")) p->literal = pat["String"].get<std::string>();
-    else throw Error(cat(source, ": Split pattern must be {\"Regex\": ...} or {\"String\": ...} (got ", pat.dump(), ")"));
-    p->behavior = parse_split_behavior(member(j, "behavior", source, "pre_tokenizer").get<std::string>(), source);
-    p->invert = flag(j, "invert", false);
-    return p;
-  }
+  if (type == "Split")
+    return std::make_unique<SplitPreTokenizer>(
+        TextPattern::parse(member(j, "pattern", source, "pre_tokenizer"), source, "Split pattern"),
+        parse_split_behavior(member(j, "behavior", source, "pre_tokenizer").get<std::string>(), source),
+        flag(j, "invert", false));
   if (type == "Metaspace") {
     auto p = std::make_unique<MetaspacePreTokenizer>();
     p->o = parse_metaspace(j, source);

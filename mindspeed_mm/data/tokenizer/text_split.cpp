@@ -102,4 +102,30 @@ Matches literal_matches(const std::string& text, const std::string& lit) {
   return found;
 }
 
+TextPattern TextPattern::parse(const nlohmann::json& j, const std::string& source, const char* what) {
+  TextPattern p;
+  if (j.is_object() && j.contains("Regex") && j["Regex"].is_string())
+    p.regex_ = std::make_shared<UnicodeRegex>(j["Regex"].get<std::string>());
+  else if (j.is_object() && j.contains("String") && j["String"].is_string())
+    p.literal_ = j["String"].get<std::string>();
+  else
+    throw Error(cat(source, ": ", what, " must be {\"Regex\": ...} or {\"String\": ...} (got ", j.dump(), ")"));
+  return p;
+}
+
+std::string TextPattern::replace(const std::string& text, const std::string& content) const {
+  Matches m = find(text);
+  if (m.empty()) return text;
+  std::string out;
+  out.reserve(text.size());
+  size_t prev = 0;
+  for (auto [b, e] : m) {
+    out.append(text, prev, b - prev);
+    out += content;
+    prev = e;
+  }
+  out.append(text, prev, std::string::npos);
+  return out;
+}
+
 }  // namespace mm::data

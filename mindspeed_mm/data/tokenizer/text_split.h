@@ -4,11 +4,15 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mindspeed_mm/data/tokenizer/components.h"
+#include "mindspeed_mm/data/tokenizer/unicode_regex.h"
 
 namespace mm::data {
 
@@ -29,5 +33,20 @@ void split_piece(const Piece& piece, const Matches& matches, bool invert, SplitB
 Matches char_matches(const std::string& text, const std::function<bool(char32_t)>& pred);
 // Non-overlapping occurrences of `literal`, left to right.
 Matches literal_matches(const std::string& text, const std::string& literal);
+
+// The "pattern" of Split, Replace (normalizer and decoder): {"String": s}, matched literally,
+// or {"Regex": r}, Oniguruma syntax (see unicode_regex.h).
+class TextPattern {
+ public:
+  // mm::Error naming `source` and `what` (e.g. "Replace pattern") for any other shape.
+  static TextPattern parse(const nlohmann::json& j, const std::string& source, const char* what);
+  Matches find(const std::string& text) const { return regex_ ? regex_->find_all(text) : literal_matches(text, literal_); }
+  // Every match replaced by `content`.
+  std::string replace(const std::string& text, const std::string& content) const;
+
+ private:
+  std::shared_ptr<const UnicodeRegex> regex_;
+  std::string literal_;
+};
 
 }  // namespace mm::data
