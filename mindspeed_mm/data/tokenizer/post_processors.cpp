@@ -14,6 +14,7 @@ namespace {
 class NoOpPostProcessor : public PostProcessor {  // ByteLevel: only trims offsets, which we do not track
  public:
   void process(std::vector<int64_t>&, bool) const override {}
+  size_t added_tokens() const override { return 0; }
 };
 
 // TemplateProcessing's "single" template, and BertProcessing / RobertaProcessing, which for
@@ -35,6 +36,11 @@ class TemplatePostProcessor : public PostProcessor {
     }
     ids.swap(out);
   }
+  size_t added_tokens() const override {
+    size_t n = 0;
+    for (const auto& p : single) n += p.is_sequence ? 0 : p.ids.size();
+    return n;
+  }
 };
 
 class PostProcessorSequence : public PostProcessor {
@@ -42,6 +48,11 @@ class PostProcessorSequence : public PostProcessor {
   std::vector<std::unique_ptr<PostProcessor>> stages;
   void process(std::vector<int64_t>& ids, bool add_special_tokens) const override {
     for (const auto& s : stages) s->process(ids, add_special_tokens);
+  }
+  size_t added_tokens() const override {
+    size_t n = 0;
+    for (const auto& s : stages) n += s->added_tokens();
+    return n;
   }
 };
 

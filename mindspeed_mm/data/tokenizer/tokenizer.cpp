@@ -10,6 +10,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/tokenizer/added_vocabulary.h"
 #include "mindspeed_mm/data/tokenizer/components.h"
+#include "mindspeed_mm/data/tokenizer/json_fields.h"
 #include "mindspeed_mm/data/tokenizer/model.h"
 #include "mindspeed_mm/core/parallel_for.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
@@ -26,6 +27,19 @@ struct Tokenizer::Impl {
   std::shared_ptr<const PostProcessor> post_processor;
   std::shared_ptr<const Decoder> decoder;
   AddedVocabulary added;
+  // tokenizer.json's "truncation" and "padding" (HF applies both inside encode).
+  struct Truncation {
+    size_t max_length = 0;
+    bool left = false;
+  };
+  struct Padding {
+    std::optional<size_t> fixed;  // else BatchLongest
+    std::optional<size_t> multiple;
+    bool left = false;
+    int64_t pad_id = 0;
+  };
+  std::optional<Truncation> truncation;
+  std::optional<Padding> padding;
 };
 
 namespace {
@@ -44,6 +58,51 @@ json parse_json(const std::string& text, const std::string& source) {
   } catch (const json::parse_error& e) {
     throw Error(cat(source, ": not valid JSON (", e.what(), ")"));
   }
+}
+
+// Right or Left, as HF writes the direction enums.
+bool is_left(const json& j, const char* key, const std::string& source, const char* section) {
+  std::string d = json_fields::string_or(j, key, "Right");
+  if (d != "Right" && d != "Left") throw Error(cat(source, ": ", section, " direction '", d, "' is not Right or Left"));
+  return d == "Left";
+}
+
+void parse_truncation_padding(const json& j, const std::string& source, Tokenizer::Impl& impl) {
+  if (j.contains("truncation") && !j["truncation"].is_null()) {
+    const json& t = j["truncation"];
+    Tokenizer::Impl::Truncation tr;
+    tr.max_length = t.at("max_length").get<size_t>();
+    tr.left = is_left(t, "direction", source, "truncation");
+    size_t stride = t.value("stride", size_t{0});
+    size_t room = impl.post_processor ? impl.post_processor->added_tokens() : 0;
+    if (tr.max_length < room)
+      throw Error(cat(source, ": truncation max_length ", tr.max_length, " leaves no room for the ", room,
+                      " special tokens the post-processor adds"));
+    if (tr.max_length > room && stride >= tr.max_length - room)
+      throw Error(cat(source, ": truncation stride ", stride, " must be below max_length minus the special tokens (",
+                      tr.max_length - room, ")"));
+    impl.truncation = tr;
+  }
+  if (j.contains("padding") && !j["padding"].is_null()) {
+    const json& p = j["padding"];
+    Tokenizer::Impl::Padding pd;
+    const json& strategy = p.at("strategy");
+    if (strategy.is_object() && strategy.contains("Fixed")) pd.fixed = strategy["Fixed"].get<size_t>();
+    else if (!(strategy.is_string() && strategy.get<std::string>() == "BatchLongest"))
+      throw Error(cat(source, ": padding strategy ", strategy.dump(), " is neither \"BatchLongest\" nor {\"Fixed\": n}"));
+    if (p.contains("pad_to_multiple_of") && !p["pad_to_multiple_of"].is_null())
+      pd.multiple = p["pad_to_multiple_of"].get<size_t>();
+    pd.left = is_left(p, "direction", source, "padding");
+    pd.pad_id = p.value("pad_id", int64_t{0});
+    impl.padding = pd;
+  }
+}
+
+// HF's pad_encodings: to `length` rounded up to pad_to_multiple_of, never shortening.
+void pad_to(std::vector<int64_t>& ids, size_t length, const Tokenizer::Impl::Padding& p) {
+  if (p.multiple && *p.multiple > 0 && length % *p.multiple) length += *p.multiple - length % *p.multiple;
+  if (ids.size() >= length) return;
+  ids.insert(p.left ? ids.begin() : ids.end(), length - ids.size(), p.pad_id);
 }
 
 }  // namespace
@@ -97,6 +156,7 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
       seen.emplace(a.content, tokens.size());
       tokens.push_back(std::move(a));
     }
+    parse_truncation_padding(j, source, *impl);
     const Normalizer* n = impl->normalizer.get();
     impl->added = AddedVocabulary(std::move(tokens), [n](const std::string& s) { return n ? n->normalize(s) : s; });
   } catch (const json::exception& e) {
@@ -247,7 +307,16 @@ std::vector<int64_t> Tokenizer::encode(std::string_view input, bool add_special_
     else words.push_back(Piece{std::move(seg.text), seg.at_start});
     for (const auto& w : words) t.model->tokenize(w.text, ids);
   }
+  if (t.truncation) {
+    size_t room = add_special_tokens && t.post_processor ? t.post_processor->added_tokens() : 0;
+    size_t keep = t.truncation->max_length - room;
+    if (ids.size() > keep) {
+      if (t.truncation->left) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(keep));
+      else ids.resize(keep);
+    }
+  }
   if (t.post_processor) t.post_processor->process(ids, add_special_tokens);
+  if (t.padding) pad_to(ids, t.padding->fixed.value_or(ids.size()), *t.padding);
   return ids;
 }
 
@@ -255,6 +324,11 @@ std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std:
                                                           int num_threads) const {
   std::vector<std::vector<int64_t>> out(texts.size());
   parallel_for(texts.size(), num_threads, [&](size_t i) { out[i] = encode(texts[i], add_special_tokens); });
+  if (impl_->padding && !out.empty()) {  // BatchLongest: every sequence to the batch's longest
+    size_t longest = 0;
+    for (const auto& ids : out) longest = std::max(longest, ids.size());
+    for (auto& ids : out) pad_to(ids, impl_->padding->fixed.value_or(longest), *impl_->padding);
+  }
   return out;
 }
 

@@ -41,9 +41,12 @@ class Tokenizer {
   static Tokenizer from_bert_vocab(const std::string& vocab_txt, bool lowercase = true);
   static std::string bert_tokenizer_json(const std::string& vocab_txt, bool lowercase = true);
 
+  // Runs HF's whole encode: added tokens, normalizer, pre-tokenizer, model, then the file's
+  // "truncation" (room left for the special tokens), post-processor and "padding" (Fixed, or
+  // BatchLongest, which for one text only rounds up to pad_to_multiple_of).
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const;
   // encode() of every text, on up to num_threads threads (0: all hardware threads); the
-  // result is the same for any thread count.
+  // result is the same for any thread count. BatchLongest padding pads to the longest text.
   std::vector<std::vector<int64_t>> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens,
                                                  int num_threads = 0) const;
   // Replaces the post-processor by the template [bos] $A [eos] (either may be absent), as
