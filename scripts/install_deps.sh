@@ -12,6 +12,7 @@ PACKAGES=(
   python3-torch python3-numpy
   libpcre2-dev libicu-dev
   libsentencepiece-dev sentencepiece
+  libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil
 )
 
 missing=()
