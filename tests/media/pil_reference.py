@@ -44,4 +44,5 @@ def main():
         f.write("\n".join(index) + "\n")
 
 
-main()
+if __name__ == "__main__":
+    main()

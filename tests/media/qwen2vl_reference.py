@@ -11,16 +11,10 @@ import sys
 import numpy as np
 from PIL import Image
 
+from pil_reference import convert_to_rgb  # same folder: transformers' convert_to_rgb
+
 MEAN = [0.48145466, 0.4578275, 0.40821073]
 STD = [0.26862954, 0.26130258, 0.27577711]
-
-
-def convert_to_rgb(image):
-    if image.mode == "RGB":
-        return image
-    image_rgba = image.convert("RGBA")
-    background = Image.new("RGBA", image_rgba.size, (255, 255, 255))
-    return Image.alpha_composite(background, image_rgba).convert("RGB")
 
 
 def smart_resize(height, width, factor, min_pixels, max_pixels):

@@ -38,11 +38,31 @@ void normalize_into(const Image& img, const Qwen2VLImageConfig& c, float* planes
     }
 }
 
+// Calls f(offset) for each run of patch_size floats in the model's patch order, where offset
+// is the run's start in the [frames][3][H][W] planes: rows (t, h/m, w/m, m, m), each row
+// (channel, temporal, patch_y) runs of patch_x values.
+template <class F>
+void for_each_patch_run(int64_t grid_t, int64_t grid_h, int64_t grid_w, const Qwen2VLImageConfig& c, F f) {
+  const int T = c.temporal_patch_size, P = c.patch_size, M = c.merge_size;
+  const int64_t rw = grid_w * P;
+  const size_t hw = static_cast<size_t>(grid_h * P * rw);
+  for (int64_t t = 0; t < grid_t; ++t)
+    for (int64_t bh = 0; bh < grid_h / M; ++bh)
+      for (int64_t bw = 0; bw < grid_w / M; ++bw)
+        for (int mh = 0; mh < M; ++mh)
+          for (int mw = 0; mw < M; ++mw) {
+            int64_t y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
+            for (int ch = 0; ch < 3; ++ch)
+              for (int tp = 0; tp < T; ++tp)
+                for (int py = 0; py < P; ++py) f(((t * T + tp) * 3 + ch) * hw + (y0 + py) * rw + x0);
+          }
+}
+
 VisionPatches patchify(const std::vector<Image>& frames, const Qwen2VLImageConfig& c) {
   if (frames.empty()) throw Error("qwen2vl image processor: no frames");
   const int factor = c.patch_size * c.merge_size;
   auto [rh, rw] = smart_resize(frames[0].height, frames[0].width, factor, c.min_pixels, c.max_pixels);
-  const int T = c.temporal_patch_size, P = c.patch_size, M = c.merge_size;
+  const int T = c.temporal_patch_size, P = c.patch_size;
   size_t n = frames.size();
   size_t padded = (n + T - 1) / T * T;
   size_t hw = static_cast<size_t>(rh) * rw;
@@ -61,21 +81,9 @@ VisionPatches patchify(const std::vector<Image>& frames, const Qwen2VLImageConfi
   out.row_size = 3 * T * P * P;
   out.values.resize(static_cast<size_t>(out.rows() * out.row_size));
   float* dst = out.values.data();
-  for (int64_t t = 0; t < out.grid_t; ++t)
-    for (int64_t bh = 0; bh < out.grid_h / M; ++bh)
-      for (int64_t bw = 0; bw < out.grid_w / M; ++bw)
-        for (int mh = 0; mh < M; ++mh)
-          for (int mw = 0; mw < M; ++mw) {
-            int64_t y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
-            for (int ch = 0; ch < 3; ++ch)
-              for (int tp = 0; tp < T; ++tp) {
-                const float* plane = &planes[((t * T + tp) * 3 + ch) * hw];
-                for (int py = 0; py < P; ++py) {
-                  const float* src = plane + (y0 + py) * rw + x0;
-                  dst = std::copy(src, src + P, dst);
-                }
-              }
-          }
+  for_each_patch_run(out.grid_t, out.grid_h, out.grid_w, c, [&](size_t off) {
+    dst = std::copy(planes.begin() + off, planes.begin() + off + P, dst);
+  });
   return out;
 }
 
@@ -90,22 +98,14 @@ VisionPatches process_video(const std::vector<Image>& frames, const Qwen2VLImage
 }
 
 std::vector<float> unpatchify(const VisionPatches& p, const Qwen2VLImageConfig& c) {
-  const int T = c.temporal_patch_size, P = c.patch_size, M = c.merge_size;
-  int64_t rh = p.grid_h * P, rw = p.grid_w * P;
-  size_t hw = static_cast<size_t>(rh * rw);
-  std::vector<float> planes(static_cast<size_t>(p.grid_t * T) * 3 * hw);
+  const int P = c.patch_size;
+  size_t hw = static_cast<size_t>(p.grid_h * P * p.grid_w * P);
+  std::vector<float> planes(static_cast<size_t>(p.grid_t * c.temporal_patch_size) * 3 * hw);
   const float* src = p.values.data();
-  for (int64_t t = 0; t < p.grid_t; ++t)
-    for (int64_t bh = 0; bh < p.grid_h / M; ++bh)
-      for (int64_t bw = 0; bw < p.grid_w / M; ++bw)
-        for (int mh = 0; mh < M; ++mh)
-          for (int mw = 0; mw < M; ++mw) {
-            int64_t y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
-            for (int ch = 0; ch < 3; ++ch)
-              for (int tp = 0; tp < T; ++tp)
-                for (int py = 0; py < P; ++py, src += P)
-                  std::copy(src, src + P, &planes[((t * T + tp) * 3 + ch) * hw + (y0 + py) * rw + x0]);
-          }
+  for_each_patch_run(p.grid_t, p.grid_h, p.grid_w, c, [&](size_t off) {
+    std::copy(src, src + P, planes.begin() + off);
+    src += P;
+  });
   return planes;
 }
 
