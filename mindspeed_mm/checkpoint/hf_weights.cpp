@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace mm::st {
 
@@ -37,11 +38,9 @@ bool is_file(const fs::path& p) {
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  auto bytes = read_file_bytes(path);
+  if (!bytes) fail(path, "cannot open");
+  return std::move(*bytes);
 }
 
 }  // namespace

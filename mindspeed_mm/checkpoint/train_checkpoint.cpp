@@ -12,6 +12,7 @@
 
 #include "mindspeed_mm/checkpoint/hf_weights.h"
 #include "mindspeed_mm/checkpoint/safetensors.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace fs = std::filesystem;
 
@@ -19,11 +20,9 @@ namespace mm::checkpoint {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(cat("checkpoint: cannot read '", path, "'"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto bytes = read_file_bytes(path);
+  if (!bytes) throw Error(cat("checkpoint: cannot read '", path, "'"));
+  return std::move(*bytes);
 }
 
 nlohmann::json read_json(const std::string& path) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/sampler.h"
 
@@ -29,11 +30,9 @@ bool is_blank(std::string_view s) {
 }
 
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MM_CHECK(in, "data: cannot open '", path.string(), "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  auto bytes = read_file_bytes(path.string());
+  MM_CHECK(bytes, "data: cannot open '", path.string(), "'");
+  return std::move(*bytes);
 }
 
 // Lines without their '\n' (and without a trailing '\r', so CRLF files parse the same).

@@ -14,6 +14,7 @@
 #include <webp/decode.h>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace mm::data {
 
@@ -277,11 +278,9 @@ Image decode_image(std::string_view bytes, const std::string& source, int64_t ma
 }
 
 Image load_image(const std::string& path, int64_t max_pixels) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(cat(path, ": cannot open image"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return decode_image(ss.str(), path, max_pixels);
+  auto bytes = read_file_bytes(path);
+  if (!bytes) throw Error(cat(path, ": cannot open image"));
+  return decode_image(*bytes, path, max_pixels);
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/data/tokenizer/precompiled_charsmap.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
 
@@ -149,11 +150,9 @@ SentencePieceModel SentencePieceModel::parse(const std::string& data, const std:
 }
 
 SentencePieceModel SentencePieceModel::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(cat(path, ": cannot open SentencePiece model"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.str(), path);
+  auto bytes = read_file_bytes(path);
+  if (!bytes) throw Error(cat(path, ": cannot open SentencePiece model"));
+  return parse(*bytes, path);
 }
 
 std::string SentencePieceModel::unigram_tokenizer_json(const std::string& source) const {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/data/tokenizer/added_vocabulary.h"
 #include "mindspeed_mm/data/tokenizer/components.h"
 #include "mindspeed_mm/data/tokenizer/json_fields.h"
@@ -45,11 +46,9 @@ struct Tokenizer::Impl {
 namespace {
 
 std::string read_text(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(cat(path, ": cannot open ", what));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto bytes = read_file_bytes(path);
+  if (!bytes) throw Error(cat(path, ": cannot open ", what));
+  return std::move(*bytes);
 }
 
 json parse_json(const std::string& text, const std::string& source) {
