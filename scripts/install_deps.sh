@@ -13,6 +13,7 @@ PACKAGES=(
   libpcre2-dev libicu-dev
   libsentencepiece-dev sentencepiece
   libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil
+  libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
   zlib1g-dev dataset-fashion-mnist
 )
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fetches real test images (and later videos) from pinned Debian packages into DIR (default
-# build/test_media, gitignored): the packages are downloaded with `apt-get download` (no root)
-# and only the files listed below are extracted. Idempotent through DIR/.fetch_media.stamp.
+# Fetches real test images (DIR/images) and videos (DIR/videos) from pinned Debian packages into
+# DIR (default build/test_media, gitignored): the packages are downloaded with `apt-get download`
+# (no root) and only the files listed below are extracted. Idempotent through DIR/.fetch_media.stamp.
 # Silent on success; on failure one line naming the package, exit 1.
 # Usage: bash tests/media/fetch_media.sh [DIR]
 set -euo pipefail
@@ -27,6 +27,14 @@ OPENCV_FILES=(
   usr/share/doc/opencv-doc/examples/data/box.png
   usr/share/doc/opencv-doc/examples/data/gradient.png
 )
+# Videos: OpenCV's sample clip (MS-MPEG4 v3 in AVI) and a GNOME help animation (VP8 in WebM).
+OPENCV_VIDEOS=(
+  usr/share/doc/opencv-doc/examples/data/vtest.avi
+)
+GNOME_HELP="gnome-user-docs=43.0-2"
+GNOME_HELP_VIDEOS=(
+  usr/share/help/C/gnome-help/figures/display-dual-monitors.webm
+)
 JXL="libjxl-testdata=0.0~git20230110.d6168ff-1"
 JXL_FILES=(
   usr/share/libjxl-testdata/external/pngsuite/ccwn3p08.png
@@ -38,7 +46,8 @@ JXL_FILES=(
   usr/share/libjxl-testdata/external/wesaturate/64px/Nikon-D3-14bit_2020_g1.png
   usr/share/libjxl-testdata/external/raw.pixls/DJI-FC6310-16bit_srgb8_v4_krita.png
 )
-EXPECTED="$(printf '%s\n' "$OPENCV" "${OPENCV_FILES[@]}" "$JXL" "${JXL_FILES[@]}" v1)"
+EXPECTED="$(printf '%s\n' "$OPENCV" "${OPENCV_FILES[@]}" "${OPENCV_VIDEOS[@]}" "$JXL" "${JXL_FILES[@]}" \
+  "$GNOME_HELP" "${GNOME_HELP_VIDEOS[@]}" v2)"
 STAMP="$DIR/.fetch_media.stamp"
 [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$EXPECTED" ] && exit 0
 rm -f "$STAMP"
@@ -48,8 +57,8 @@ fail() { echo "fetch_media: $*" >&2; exit 1; }
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
-fetch() {  # fetch PKG=VER FILE...
-  local key="$1"; shift
+fetch() {  # fetch SUBDIR PKG=VER FILE...: FILEs end up flat in DIR/SUBDIR
+  local sub="$1" key="$2"; shift 2
   local pkg="${key%%=*}" ver="${key#*=}"
   mkdir -p "$DIR/debian"
   local deb
@@ -63,11 +72,13 @@ fetch() {  # fetch PKG=VER FILE...
   local args=()
   for f in "$@"; do args+=("./$f"); done
   dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$DIR/debian" "${args[@]}" >>"$LOG" 2>&1 \
-    || fail "Debian package $key: extracting its images failed (see $LOG)"
-  mkdir -p "$DIR/images"
-  for f in "$@"; do cp "$DIR/debian/$f" "$DIR/images/"; done
+    || fail "Debian package $key: extracting its files failed (see $LOG)"
+  mkdir -p "$DIR/$sub"
+  for f in "$@"; do cp "$DIR/debian/$f" "$DIR/$sub/"; done
 }
-fetch "$OPENCV" "${OPENCV_FILES[@]}"
-fetch "$JXL" "${JXL_FILES[@]}"
-rm -f "$DIR"/debian/*.deb   # 150 MB; the extracted files are what the tests use
+fetch images "$OPENCV" "${OPENCV_FILES[@]}"
+fetch videos "$OPENCV" "${OPENCV_VIDEOS[@]}"
+fetch images "$JXL" "${JXL_FILES[@]}"
+fetch videos "$GNOME_HELP" "${GNOME_HELP_VIDEOS[@]}"
+rm -f "$DIR"/debian/*.deb   # 170 MB; the extracted files are what the tests use
 printf '%s\n' "$EXPECTED" > "$STAMP"
