@@ -19,7 +19,10 @@ namespace mm::models {
 class CausalLM : public mm::nn::Module {
  public:
   // input_ids [B, S] int64 -> logits [B, S, vocab]. position_ids [B, S]; undefined = 0..S-1.
-  virtual at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {}) = 0;
+  // attn_mask (optional) bool [B, 1, S, S], true = may attend, combined with the causal mask:
+  // packed rows pass segment_attention_mask() so each sample sees only itself.
+  virtual at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
+                             const at::Tensor& attn_mask = {}) = 0;
   // Deterministic given the seed, independent of device and dtype.
   virtual void init_weights(uint64_t seed) = 0;
   // The HF config.json that reproduces this model.

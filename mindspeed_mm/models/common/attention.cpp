@@ -54,6 +54,11 @@ at::Tensor additive_causal_mask(int64_t S, int64_t T, at::ScalarType dtype, at::
 
 }  // namespace
 
+at::Tensor segment_attention_mask(const at::Tensor& segment_ids) {
+  MM_CHECK(segment_ids.dim() == 2, "attention: segment_ids must be [batch, seq] (got ", segment_ids.sizes(), ")");
+  return segment_ids.unsqueeze(2).eq(segment_ids.unsqueeze(1)).unsqueeze(1);
+}
+
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   if (n_rep == 1) return x;
   return x.repeat_interleave(n_rep, /*dim=*/1);

@@ -24,6 +24,11 @@ at::Tensor scaled_dot_product_attention_math(const at::Tensor& q, const at::Tens
                                              const at::Tensor& attn_mask = {}, bool causal = false,
                                              c10::optional<double> scale = c10::nullopt);
 
+// Packed sequences: segment_ids [B, S] (the sample each token belongs to) -> bool [B, 1, S, S],
+// true where query and key belong to the same segment. Padding (-1) forms a segment of its own,
+// so its rows are never empty. Combine with causal = true.
+at::Tensor segment_attention_mask(const at::Tensor& segment_ids);
+
 // [B, Hkv, T, D] -> [B, Hkv * n_rep, T, D], each kv head repeated n_rep times in place.
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
 

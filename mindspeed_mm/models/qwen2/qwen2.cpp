@@ -285,7 +285,8 @@ at::Tensor Qwen2ForCausalLM::logits(const at::Tensor& hidden) const {
   return lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
 }
 
-at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids) {
+at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     const at::Tensor& attn_mask) {
   MM_CHECK(input_ids.dim() == 2, "qwen2: input_ids must be [batch, seq] (got ", input_ids.sizes(), ")");
   const int64_t B = input_ids.size(0), S = input_ids.size(1);
   at::Tensor pos = position_ids.defined()
@@ -293,6 +294,7 @@ at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tens
                        : at::arange(S, input_ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, S});
   at::Tensor h = model->embed_tokens->forward(input_ids);
   mm::nn::ForwardContext ctx = model->make_context(pos, h.scalar_type());
+  ctx.attn_mask = attn_mask;
   return logits(model->forward(h, ctx));
 }
 

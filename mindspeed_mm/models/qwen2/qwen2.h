@@ -108,7 +108,8 @@ class Qwen2ForCausalLM : public CausalLM {
  public:
   explicit Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype = at::kFloat);
 
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {}) override;
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
+                     const at::Tensor& attn_mask = {}) override;
   // hidden [B, S, hidden] -> logits [B, S, vocab] (through embed_tokens.weight when tied).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Linear/Embedding weights ~ N(0, initializer_range), biases 0, norm weights 1. Values are drawn
