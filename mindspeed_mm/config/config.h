@@ -25,28 +25,117 @@ struct ParallelConfig {
   }
 };
 
+// mllm field names (LLaMA-Factory's dataset_attr): ShareGPT files set messages: conversations,
+// role_tag: from, content_tag: value, user_tag: human, assistant_tag: gpt.
+struct DataAttrConfig {
+  std::string messages = "messages", images = "images", videos = "videos", system = "system";
+  std::string role_tag = "role", content_tag = "content";
+  std::string user_tag = "user", assistant_tag = "assistant", system_tag = "system";
+  template <class IO> void io(IO& io) {
+    io("messages", messages);
+    io("images", images);
+    io("videos", videos);
+    io("system", system);
+    io("role_tag", role_tag);
+    io("content_tag", content_tag);
+    io("user_tag", user_tag);
+    io("assistant_tag", assistant_tag);
+    io("system_tag", system_tag);
+  }
+};
+
+// Image and video processing of mllm samples (see SampleEncoder).
+struct ProcessorConfig {
+  std::string type = "qwen2vl";            // qwen2vl | fixed (resize + center crop, CLIP/LLaVA)
+  int64_t patch_size = 14;
+  int64_t temporal_patch_size = 2;
+  int64_t merge_size = 2;
+  int64_t min_pixels = 56 * 56;            // Qwen2-VL image pixel budget
+  int64_t max_pixels = 28 * 28 * 1280;
+  int64_t video_min_pixels = 128 * 28 * 28;  // per frame
+  int64_t video_max_pixels = 768 * 28 * 28;
+  double fps = 2.0;                        // video frames sampled per second
+  int64_t min_frames = 4;
+  int64_t max_frames = 768;
+  int64_t image_size = 336;                // fixed: output side
+  int64_t image_tokens = 576;              // fixed: pad tokens per image
+  std::vector<double> image_mean = {0.48145466, 0.4578275, 0.40821073};  // OpenAI CLIP
+  std::vector<double> image_std = {0.26862954, 0.26130258, 0.27577711};
+  template <class IO> void io(IO& io) {
+    io("type", type, one_of({"qwen2vl", "fixed"}));
+    io("patch_size", patch_size, ge(1));
+    io("temporal_patch_size", temporal_patch_size, ge(1));
+    io("merge_size", merge_size, ge(1));
+    io("min_pixels", min_pixels, ge(1));
+    io("max_pixels", max_pixels, ge(1));
+    io("video_min_pixels", video_min_pixels, ge(1));
+    io("video_max_pixels", video_max_pixels, ge(1));
+    io("fps", fps, gt(0));
+    io("min_frames", min_frames, ge(1));
+    io("max_frames", max_frames, ge(1));
+    io("image_size", image_size, ge(1));
+    io("image_tokens", image_tokens, ge(1));
+    io("image_mean", image_mean);
+    io("image_std", image_std, gt(0));
+  }
+};
+
 struct DataConfig {
-  std::string dataset = "text";            // dataset registry id
-  std::string collator = "lm_packed";      // collator registry id
+  std::string dataset = "text";            // dataset registry id: text | mllm
+  std::string collator;                    // "" = the dataset's own (text: lm_packed; mllm: padded | packed)
   std::vector<std::string> paths;          // files or directories
-  std::string format = "auto";             // text | fortune | jsonl | auto
+  std::vector<double> weights;             // mllm: mixture weight per path (empty = all 1)
+  std::vector<std::string> val_paths;      // mllm: validation files (else val_fraction of the records)
+  std::string media_root;                  // mllm: relative media paths resolve here (default: the file's folder)
+  DataAttrConfig attr;
+  std::string format = "auto";             // text: text | fortune | jsonl | auto
   std::string text_key = "text";           // JSONL field holding the text
-  std::string tokenizer = "byte";
-  int64_t seq_len = 256;
-  double val_fraction = 0.05;              // held-out documents
+  std::string tokenizer = "byte";          // byte | an HF tokenizer directory or tokenizer.json
+  int64_t seq_len = 256;                   // text: packed row length
+  double val_fraction = 0.05;              // held-out documents / records
   int64_t seed = 1234;                     // split and shuffle seed
   int64_t max_documents = 0;               // 0 = all
+  // mllm samples
+  std::string chat_template = "qwen2vl";
+  bool train_on_prompt = false;
+  bool mask_history = false;
+  std::string system;                      // system prompt when a sample has none ("" = template default)
+  ProcessorConfig processor;
+  int64_t cutoff_len = 2048;
+  std::string truncation = "cut";          // cut (drop the tail, whole images only) | skip (a bad sample)
+  int64_t pad_to_multiple_of = 8;
+  bool group_by_length = false;
+  // loader
+  int64_t num_workers = 2;
+  int64_t prefetch = 4;
+  double max_bad_fraction = 0.1;           // stop when more of the samples tried were bad
   template <class IO> void io(IO& io) {
     io("dataset", dataset);
     io("collator", collator);
     io("paths", paths);
+    io("weights", weights, ge(0));
+    io("val_paths", val_paths);
+    io("media_root", media_root);
+    io.section("attr", attr);
     io("format", format, one_of({"auto", "text", "fortune", "jsonl"}));
     io("text_key", text_key);
-    io("tokenizer", tokenizer, one_of({"byte"}));
+    io("tokenizer", tokenizer);
     io("seq_len", seq_len, gt(1));
     io("val_fraction", val_fraction, in_range(0.0, 0.9));
     io("seed", seed, ge(0));
     io("max_documents", max_documents, ge(0));
+    io("chat_template", chat_template);
+    io("train_on_prompt", train_on_prompt);
+    io("mask_history", mask_history);
+    io("system", system);
+    io.section("processor", processor);
+    io("cutoff_len", cutoff_len, ge(2));
+    io("truncation", truncation, one_of({"cut", "skip"}));
+    io("pad_to_multiple_of", pad_to_multiple_of, ge(1));
+    io("group_by_length", group_by_length);
+    io("num_workers", num_workers, ge(0));
+    io("prefetch", prefetch, ge(0));
+    io("max_bad_fraction", max_bad_fraction, in_range(0.0, 1.0));
   }
 };
 

@@ -1,6 +1,10 @@
 #include "mindspeed_mm/data/dataset_registry.h"
 
 #include "mindspeed_mm/data/byte_tokenizer.h"
+#include "mindspeed_mm/data/mllm/mllm_collator.h"
+#include "mindspeed_mm/data/sampler.h"
+#include "mindspeed_mm/data/text_dataset.h"
+#include "mindspeed_mm/data/tokenizer/pretrained_tokenizer.h"
 
 namespace mm::data {
 
@@ -16,8 +20,34 @@ Registry<CollatorFactory>& collator_registry() {
 
 namespace {
 
-// "text": plain text, fortune files or JSONL, byte-level tokens, packed into fixed-length rows.
-LMData make_text_data(const config::DataConfig& c) {
+Batch to_batch(LMBatch b) {
+  Batch out;
+  out.num_samples = b.input_ids.size(0);
+  out.input_ids = std::move(b.input_ids);
+  out.labels = std::move(b.labels);
+  return out;
+}
+
+// Packed text rows drawn by a seeded, resumable sampler; the state is the sampler's.
+class TextStream : public BatchStream {
+ public:
+  TextStream(std::shared_ptr<PackedTextDataset> ds, ResumableSampler sampler, int64_t batch)
+      : ds_(std::move(ds)), sampler_(std::move(sampler)), batch_(batch) {}
+  Batch next() override { return to_batch(make_lm_batch(*ds_, sampler_.next_n(batch_))); }
+  nlohmann::json state() const override { return sampler_.state(); }
+  void load_state(const nlohmann::json& s) override { sampler_.load_state(s); }
+
+ private:
+  std::shared_ptr<PackedTextDataset> ds_;
+  ResumableSampler sampler_;
+  int64_t batch_;
+};
+
+// "text": plain text, fortune files or JSONL, packed into fixed-length rows; byte-level ids, or
+// an HF tokenizer (data.tokenizer: DIR) whose eos separates the documents.
+TrainData make_text_data(const config::DataConfig& c, const DataContext& ctx) {
+  if (!c.collator.empty() && c.collator != "lm_packed")
+    throw ConfigError(cat("config: data.collator '", c.collator, "' does not apply to the text dataset (it packs rows: lm_packed)"));
   TextDataOptions o;
   o.paths = c.paths;
   o.format = c.format;
@@ -26,22 +56,55 @@ LMData make_text_data(const config::DataConfig& c) {
   o.val_fraction = c.val_fraction;
   o.seed = static_cast<uint64_t>(c.seed);
   o.max_documents = c.max_documents;
-  auto tok = std::make_shared<ByteTokenizer>();
-  TextSplits splits = load_text_splits(o, *tok);
-  LMData d;
-  d.train = std::make_shared<PackedTextDataset>(std::move(splits.train));
-  d.val = std::make_shared<PackedTextDataset>(std::move(splits.val));
-  d.vocab_size = tok->vocab_size();
-  d.eos_id = tok->eos_id();
-  d.skipped_lines = splits.skipped_lines;
-  d.encode = [tok](std::string_view s) { return tok->encode(s); };
-  d.decode = [tok](const std::vector<int64_t>& ids) { return tok->decode(ids, /*skip_special=*/true); };
+  TrainData d;
+  TextSplits splits;
+  if (c.tokenizer == "byte") {
+    auto tok = std::make_shared<ByteTokenizer>();
+    splits = load_text_splits(o, *tok);
+    d.vocab_size = tok->vocab_size();
+    d.eos_id = tok->eos_id();
+    d.encode = [tok](std::string_view s) { return tok->encode(s); };
+    d.decode = [tok](const std::vector<int64_t>& ids) { return tok->decode(ids, /*skip_special=*/true); };
+  } else {
+    auto tok = std::make_shared<PretrainedTokenizer>(load_pretrained_tokenizer(c.tokenizer));
+    auto eos = tok->config.eos_token ? tok->tokenizer.token_to_id(*tok->config.eos_token) : std::nullopt;
+    MM_CHECK(eos, "data: tokenizer '", c.tokenizer, "' has no eos_token to separate documents");
+    d.vocab_size = tok->tokenizer.vocab_size();
+    d.eos_id = *eos;
+    d.encode = [tok](std::string_view s) { return tok->tokenizer.encode(s, false); };
+    d.decode = [tok](const std::vector<int64_t>& ids) { return tok->tokenizer.decode(ids, true); };
+    splits = load_text_splits(o, d.encode, d.eos_id);
+  }
+  auto train = std::make_shared<PackedTextDataset>(std::move(splits.train));
+  auto val = std::make_shared<PackedTextDataset>(std::move(splits.val));
+  if (val->size() > 0) {
+    d.train_token_counts = train->token_counts(d.vocab_size);
+    d.val_token_counts = val->token_counts(d.vocab_size);
+    d.val = [val](int64_t batch, int64_t max_batches, const std::function<void(const Batch&)>& fn) {
+      int64_t batches = 0;
+      for (int64_t start = 0; start < val->size(); start += batch) {
+        if (max_batches > 0 && batches++ >= max_batches) break;
+        std::vector<int64_t> idx;
+        for (int64_t i = start; i < std::min(val->size(), start + batch); ++i) idx.push_back(i);
+        fn(to_batch(make_lm_batch(*val, idx)));
+      }
+    };
+  }
+  d.train = std::make_unique<TextStream>(
+      train, ResumableSampler(train->size(), static_cast<uint64_t>(c.seed), /*shuffle=*/true, ctx.rank, ctx.world),
+      ctx.micro_batch_size);
   return d;
 }
 
 Registrar text_dataset(dataset_registry(), "text", make_text_data);
-Registrar lm_packed(collator_registry(), "lm_packed", [](const config::DataConfig&) -> Collator {
-  return [](const PackedTextDataset& ds, const std::vector<int64_t>& idx) { return make_lm_batch(ds, idx); };
+
+Registrar padded(collator_registry(), "padded", [](const config::DataConfig& c, int64_t pad_id) -> SampleCollator {
+  CollatorOptions o{false, c.pad_to_multiple_of, pad_id};
+  return [o](const std::vector<EncodedSample>& s) { return collate_samples(s, o); };
+});
+Registrar packed(collator_registry(), "packed", [](const config::DataConfig& c, int64_t pad_id) -> SampleCollator {
+  CollatorOptions o{true, c.pad_to_multiple_of, pad_id};
+  return [o](const std::vector<EncodedSample>& s) { return collate_samples(s, o); };
 });
 
 }  // namespace

@@ -40,12 +40,31 @@ ResumableSampler::ResumableSampler(int64_t n, uint64_t seed, bool shuffle, int64
 
 int64_t ResumableSampler::order_at(int64_t epoch_position) {
   const int64_t k = rank_ + epoch_position * world_;
-  if (!shuffle_) return k;
+  if (!shuffle_ && lengths_.empty()) return k;
   if (perm_epoch_ != epoch_) {
-    perm_ = epoch_permutation(n_, seed_, epoch_);
+    if (shuffle_) {
+      perm_ = epoch_permutation(n_, seed_, epoch_);
+    } else {
+      perm_.resize(static_cast<size_t>(n_));
+      for (int64_t i = 0; i < n_; ++i) perm_[i] = i;
+    }
+    if (!lengths_.empty()) {
+      for (int64_t g = 0; g < n_; g += group_size_) {
+        auto first = perm_.begin() + g, last = perm_.begin() + std::min(n_, g + group_size_);
+        std::stable_sort(first, last, [&](int64_t a, int64_t b) { return lengths_[a] > lengths_[b]; });
+      }
+    }
     perm_epoch_ = epoch_;
   }
   return perm_[static_cast<size_t>(k)];
+}
+
+void ResumableSampler::group_by_length(std::vector<int64_t> lengths, int64_t group_size) {
+  MM_CHECK(static_cast<int64_t>(lengths.size()) == n_, "sampler: ", lengths.size(), " lengths for ", n_, " items");
+  MM_CHECK(group_size >= 1, "sampler: length group size must be >= 1 (got ", group_size, ")");
+  lengths_ = std::move(lengths);
+  group_size_ = group_size;
+  perm_epoch_ = -1;
 }
 
 int64_t ResumableSampler::next() {

@@ -57,6 +57,13 @@ class ResumableSampler {
   int64_t per_epoch() const { return n_ / world_; }
   int64_t size() const { return n_; }
 
+  // Length grouping (Hugging Face's LengthGroupedSampler, group_by_length): each epoch's order
+  // is cut into consecutive groups of group_size entries (take world * batch * 50 as HF does)
+  // and every group is sorted by descending length, stably. The batches of one step then hold
+  // samples of similar length on every rank, so little padding is needed, while the order
+  // stays shuffled across groups. lengths has one entry per item.
+  void group_by_length(std::vector<int64_t> lengths, int64_t group_size);
+
   // {"n","seed","shuffle","rank","world","epoch","position","consumed"}; consumed = position * world
   // is the count drawn by all ranks together this epoch.
   nlohmann::json state() const;
@@ -73,7 +80,9 @@ class ResumableSampler {
   bool shuffle_;
   int64_t rank_, world_;
   int64_t epoch_ = 0, position_ = 0;
-  std::vector<int64_t> perm_;  // current epoch's order (shuffle only); empty until first needed
+  std::vector<int64_t> lengths_;  // empty: no length grouping
+  int64_t group_size_ = 0;
+  std::vector<int64_t> perm_;  // current epoch's order (shuffle or grouping); empty until first needed
   int64_t perm_epoch_ = -1;
 };
 

@@ -66,6 +66,7 @@ void ProgressReporter::step(const StepMetrics& m) {
                         {"step_time_s", m.step_time_s}, {"tokens", m.tokens}, {"tokens_per_s", m.tokens_per_s},
                         {"tflops", m.tflops}};
     if (m.mfu >= 0) r["mfu"] = m.mfu;
+    if (m.skipped_samples > 0) r["skipped_samples"] = m.skipped_samples;
     std::fprintf(metrics_, "%s\n", r.dump().c_str());
     std::fflush(metrics_);
   }
@@ -74,9 +75,12 @@ void ProgressReporter::step(const StepMetrics& m) {
   double eta = done > 0 ? elapsed / done * (total_ - m.iteration) : -1;
   char mfu[32] = "";
   if (m.mfu >= 0) std::snprintf(mfu, sizeof(mfu), " | MFU %.1f%%", 100 * m.mfu);
+  char skipped[48] = "";
+  if (m.skipped_samples > 0) std::snprintf(skipped, sizeof(skipped), " | skipped %lld", static_cast<long long>(m.skipped_samples));
   char line[512];
-  std::snprintf(line, sizeof(line), "loss %.4f | lr %.3e | grad_norm %.3f | %.0f ms | %s tok/s | %.3f TFLOP/s%s",
-                m.loss, m.lr, m.grad_norm, 1e3 * m.step_time_s, format_rate(m.tokens_per_s).c_str(), m.tflops, mfu);
+  std::snprintf(line, sizeof(line), "loss %.4f | lr %.3e | grad_norm %.3f | %.0f ms | %s tok/s | %.3f TFLOP/s%s%s",
+                m.loss, m.lr, m.grad_norm, 1e3 * m.step_time_s, format_rate(m.tokens_per_s).c_str(), m.tflops, mfu,
+                skipped);
   if (bar_) {
     const int width = 24;
     int filled = total_ > 0 ? static_cast<int>(width * m.iteration / total_) : width;

@@ -12,7 +12,8 @@
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/torch_compat.h"
-#include "mindspeed_mm/data/sampler.h"
+#include "mindspeed_mm/data/text_dataset.h"
+#include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/optimizer.h"
@@ -83,23 +84,22 @@ std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int6
   return model;
 }
 
-double evaluate(models::CausalLM& model, const data::PackedTextDataset& ds, const data::Collator& collate,
-                int64_t batch_size, int64_t max_batches, bool bf16) {
+at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) {
+  at::Tensor mask = b.segment_ids.defined() ? models::segment_attention_mask(b.segment_ids) : at::Tensor();
+  return model.forward(b.input_ids, b.position_ids, mask);
+}
+
+double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16) {
   at::NoGradGuard no_grad;
   AutocastScope autocast(bf16);
   double sum = 0;
-  int64_t count = 0, batches = 0;
-  for (int64_t start = 0; start < ds.size(); start += batch_size) {
-    if (max_batches > 0 && batches >= max_batches) break;
-    std::vector<int64_t> idx;
-    for (int64_t i = start; i < std::min(ds.size(), start + batch_size); ++i) idx.push_back(i);
-    data::LMBatch b = collate(ds, idx);
-    at::Tensor logits = model.forward(b.input_ids).to(at::kFloat);
+  int64_t count = 0;
+  val(batch_size, max_batches, [&](const data::Batch& b) {
+    at::Tensor logits = forward_batch(model, b).to(at::kFloat);
     auto ce = models::lm_cross_entropy_sum(logits, b.labels);
     sum += ce.sum.item<double>();
     count += ce.count.item<int64_t>();
-    ++batches;
-  }
+  });
   return count > 0 ? sum / count : NAN;
 }
 
@@ -133,8 +133,9 @@ TrainSummary train(const config::Config& cfg) {
   lr_schedule_registry().get(tc.lr_schedule.id, "training.lr_schedule.id");
 
   // Data.
-  data::LMData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data);
-  data::Collator collate = data::collator_registry().get(cfg.data.collator, "data.collator")(cfg.data);
+  data::DataContext data_ctx;
+  data_ctx.micro_batch_size = tc.micro_batch_size;
+  data::TrainData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data, data_ctx);
 
   // Model, plans, optimizer.
   at::manual_seed(static_cast<uint64_t>(tc.seed));
@@ -160,7 +161,6 @@ TrainSummary train(const config::Config& cfg) {
   for (auto& p : model->parameters())
     if (p.requires_grad()) trainable_params.push_back(p);
 
-  data::ResumableSampler sampler(lm.train->size(), static_cast<uint64_t>(cfg.data.seed), /*shuffle=*/true);
   checkpoint::TrainState state;
   state.config_yaml = config::to_yaml(cfg);
 
@@ -169,7 +169,7 @@ TrainSummary train(const config::Config& cfg) {
     auto loaded = checkpoint::load_train_checkpoint(resume_dir, *model, *optimizer);
     state.iteration = loaded.iteration;
     state.consumed_samples = loaded.consumed_samples;
-    sampler.load_state(loaded.sampler);
+    lm.train->load_state(loaded.sampler);
     log::info("resumed from ", resume_dir, " at iteration ", state.iteration);
   }
 
@@ -178,15 +178,18 @@ TrainSummary train(const config::Config& cfg) {
   ProgressReporter progress(cfg.tools.progress, metrics_path, tc.train_iters, tc.log_interval);
 
   TrainSummary summary;
-  if (lm.val->size() > 0) {
-    summary.unigram_baseline =
-        data::unigram_entropy_nats(lm.train->token_counts(lm.vocab_size), lm.val->token_counts(lm.vocab_size));
-    summary.val_loss_before = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
-    progress.event(cat("validation before training: loss ", fmt(summary.val_loss_before), " (ppl ",
-                       fmt(std::exp(summary.val_loss_before), 2), "); unigram baseline ",
-                       fmt(summary.unigram_baseline), " (ppl ", fmt(std::exp(summary.unigram_baseline), 2), ")"),
-                   {{"iter", state.iteration}, {"val_loss", summary.val_loss_before},
-                    {"unigram_baseline", summary.unigram_baseline}});
+  if (lm.val) {
+    summary.val_loss_before = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16);
+    std::string line = cat("validation before training: loss ", fmt(summary.val_loss_before), " (ppl ",
+                           fmt(std::exp(summary.val_loss_before), 2), ")");
+    nlohmann::json record = {{"iter", state.iteration}, {"val_loss", summary.val_loss_before}};
+    if (!lm.val_token_counts.empty()) {
+      summary.unigram_baseline = data::unigram_entropy_nats(lm.train_token_counts, lm.val_token_counts);
+      line = cat(line, "; unigram baseline ", fmt(summary.unigram_baseline), " (ppl ",
+                 fmt(std::exp(summary.unigram_baseline), 2), ")");
+      record["unigram_baseline"] = summary.unigram_baseline;
+    }
+    progress.event(line, record);
   }
 
   // MM_DEBUG_KILL_AT_ITER=N: the process kills itself (SIGKILL) as iteration N begins; the
@@ -201,23 +204,29 @@ TrainSummary train(const config::Config& cfg) {
     progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
   };
 
+  bool warned_vision = false;
   while (state.iteration < tc.train_iters) {
     if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<data::LMBatch> micro;
+    std::vector<data::Batch> micro;
     int64_t step_tokens = 0;
     for (int64_t m = 0; m < tc.gradient_accumulation_steps; ++m) {
-      micro.push_back(collate(*lm.train, sampler.next_n(tc.micro_batch_size)));
+      micro.push_back(lm.train->next());
       step_tokens += micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>();
     }
     // Per-token loss over the whole step: each micro-batch's summed loss is divided by the step's
     // token count, so the gradient is the same for any split into micro-batches.
     double loss_sum = 0;
     for (auto& b : micro) {
+      if (!warned_vision && (b.pixel_values.defined() || b.pixel_values_videos.defined())) {
+        log::warn("model ", cfg.model.id, " has no vision tower: the batches' images and videos are not used, their ",
+                  "pad tokens train as ordinary tokens");
+        warned_vision = true;
+      }
       at::Tensor logits;
       {
         AutocastScope autocast(bf16);
-        logits = model->forward(b.input_ids);
+        logits = forward_batch(*model, b);
       }
       auto ce = models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
       (ce.sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
@@ -233,7 +242,7 @@ TrainSummary train(const config::Config& cfg) {
     optimizer->zero_grad();
     state.iteration += 1;
     state.consumed_samples += tc.micro_batch_size * tc.gradient_accumulation_steps;
-    state.sampler = sampler.state();
+    state.sampler = lm.train->state();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepMetrics sm;
@@ -246,13 +255,13 @@ TrainSummary train(const config::Config& cfg) {
     sm.tokens_per_s = step_tokens / dt;
     sm.tflops = flops_per_token * step_tokens / dt / 1e12;
     sm.mfu = cfg.tools.peak_tflops > 0 ? sm.tflops / cfg.tools.peak_tflops : -1;
+    sm.skipped_samples = lm.train->skipped_samples();
     tokens_total += step_tokens;
     time_total += dt;
     progress.step(sm);
 
-    if (tc.eval_interval > 0 && state.iteration % tc.eval_interval == 0 && state.iteration < tc.train_iters &&
-        lm.val->size() > 0) {
-      double v = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
+    if (tc.eval_interval > 0 && state.iteration % tc.eval_interval == 0 && state.iteration < tc.train_iters && lm.val) {
+      double v = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16);
       progress.event(cat("validation at iteration ", state.iteration, ": loss ", fmt(v), " (ppl ", fmt(std::exp(v), 2), ")"),
                      {{"iter", state.iteration}, {"val_loss", v}});
     }
@@ -260,9 +269,13 @@ TrainSummary train(const config::Config& cfg) {
   }
   summary.iterations = state.iteration;
   summary.mean_tokens_per_s = time_total > 0 ? tokens_total / time_total : 0;
+  summary.skipped_samples = lm.train->skipped_samples();
+  if (summary.skipped_samples > 0)
+    progress.event(cat("data: skipped ", summary.skipped_samples, " bad sample(s) in all (each named in a warning above)"),
+                   {{"iter", state.iteration}, {"skipped_samples", summary.skipped_samples}});
 
-  if (lm.val->size() > 0) {
-    summary.val_loss_after = evaluate(*model, *lm.val, collate, tc.micro_batch_size, tc.eval_iters, bf16);
+  if (lm.val) {
+    summary.val_loss_after = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16);
     progress.event(cat("validation after training: loss ", fmt(summary.val_loss_after), " (ppl ",
                        fmt(std::exp(summary.val_loss_after), 2), ")"),
                    {{"iter", state.iteration}, {"val_loss", summary.val_loss_after}});

@@ -17,6 +17,7 @@ struct TrainSummary {
   double unigram_baseline = NAN;                       // nats per token on the val split
   int64_t iterations = 0;
   double mean_tokens_per_s = 0;
+  int64_t skipped_samples = 0;                         // bad samples the data skipped
   std::string sample;
 };
 
@@ -31,9 +32,11 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
 std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
                                               const std::string* source_file = nullptr);
 
-// Mean per-token loss over the first max_batches batches of ds (all when 0), in order.
-double evaluate(models::CausalLM& model, const data::PackedTextDataset& ds, const data::Collator& collate,
-                int64_t batch_size, int64_t max_batches, bool bf16);
+// Logits of one batch: its position ids, and a per-sample attention mask for packed rows.
+at::Tensor forward_batch(models::CausalLM& model, const data::Batch& batch);
+
+// Mean per-token loss over the first max_batches validation batches (all when 0), in order.
+double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16);
 
 // Greedy decoding of max_new_tokens after the prompt ids, stopping at eos.
 std::vector<int64_t> greedy_generate(models::CausalLM& model, std::vector<int64_t> ids, int64_t max_new_tokens,

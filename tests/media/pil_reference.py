@@ -5,6 +5,7 @@
 # Writes OUT_DIR/<name>.rgb (decoded) and OUT_DIR/<name>.<W>x<H>.rgb, and OUT_DIR/index.txt
 # lines "name width height". Also writes lossless WebP and BMP copies of the first image
 # (OUT_DIR/<name>.webp, .bmp) for the decoder tests.
+import math
 import os
 import sys
 
@@ -18,6 +19,23 @@ def convert_to_rgb(image):
     image_rgba = image.convert("RGBA")
     background = Image.new("RGBA", image_rgba.size, (255, 255, 255))
     return Image.alpha_composite(background, image_rgba).convert("RGB")
+
+
+# transformers' Qwen2-VL smart_resize (also bench/loader_baseline.py's).
+def smart_resize(height, width, factor, min_pixels, max_pixels):
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError("aspect ratio")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
 
 
 def main():

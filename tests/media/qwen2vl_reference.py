@@ -5,32 +5,15 @@
 # then the reshape/transpose of _preprocess.
 #   python3 qwen2vl_reference.py OUT_PREFIX IMAGE MIN_PIXELS MAX_PIXELS
 # Writes OUT_PREFIX.f32 (rows x row_size float32, little-endian) and OUT_PREFIX.txt "t h w".
-import math
 import sys
 
 import numpy as np
 from PIL import Image
 
-from pil_reference import convert_to_rgb  # same folder: transformers' convert_to_rgb
+from pil_reference import convert_to_rgb, smart_resize  # same folder: transformers' functions
 
 MEAN = [0.48145466, 0.4578275, 0.40821073]
 STD = [0.26862954, 0.26130258, 0.27577711]
-
-
-def smart_resize(height, width, factor, min_pixels, max_pixels):
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError("aspect ratio")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
 
 
 def main():

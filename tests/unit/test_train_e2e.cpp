@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/checkpoint/safetensors.h"
+#include "metrics_file.h"
 #include "run_command.h"
 
 namespace {
@@ -43,17 +44,6 @@ std::string tiny_config(const std::string& dir, const std::string& save_dir) {
   return dir + "/cfg.yaml";
 }
 
-// iteration -> the last logged loss (a resumed run re-logs the iterations after its checkpoint).
-std::map<int64_t, double> losses(const std::string& metrics_path) {
-  std::map<int64_t, double> out;
-  std::istringstream in(mm::test::read_file(metrics_path));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out[j["iter"].get<int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
-}
 
 std::vector<double> val_losses(const std::string& metrics_path) {
   std::vector<double> out;
@@ -89,7 +79,7 @@ TEST(TrainE2E, ExactResumeAfterKillIsBitwiseEqual) {
   ASSERT_EQ(b2.exit_code, 0) << b2.output;
   EXPECT_NE(b2.output.find("resumed from"), std::string::npos);
 
-  auto la = losses(straight + "/metrics.jsonl"), lb = losses(resumed + "/metrics.jsonl");
+  auto la = mm::test::metrics_losses(straight + "/metrics.jsonl"), lb = mm::test::metrics_losses(resumed + "/metrics.jsonl");
   ASSERT_EQ(la.size(), 20u);
   ASSERT_EQ(lb.size(), 20u);
   for (int64_t it = 1; it <= 20; ++it) EXPECT_EQ(la[it], lb[it]) << "iteration " << it;
@@ -136,7 +126,7 @@ TEST(TrainE2E, RecomputePlanGivesTheSameLosses) {
   ASSERT_EQ(base.exit_code, 0) << base.output;
   ASSERT_EQ(rc.exit_code, 0) << rc.output;
   EXPECT_NE(rc.output.find("recomputing activations of 2 blocks"), std::string::npos) << rc.output;
-  auto la = losses(dir + "/a.jsonl"), lb = losses(dir + "/b.jsonl");
+  auto la = mm::test::metrics_losses(dir + "/a.jsonl"), lb = mm::test::metrics_losses(dir + "/b.jsonl");
   ASSERT_EQ(la.size(), 4u);
   for (auto& [it, l] : la) EXPECT_EQ(l, lb[it]) << "iteration " << it;
 }
@@ -148,7 +138,7 @@ TEST(TrainE2E, Bf16TrainsCloseToFp32) {
   auto b = short_run(cfg, dir, "b", 6, "training.precision=bf16");
   ASSERT_EQ(f.exit_code, 0) << f.output;
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  auto lf = losses(dir + "/f.jsonl"), lb = losses(dir + "/b.jsonl");
+  auto lf = mm::test::metrics_losses(dir + "/f.jsonl"), lb = mm::test::metrics_losses(dir + "/b.jsonl");
   ASSERT_EQ(lb.size(), 6u);
   for (auto& [it, l] : lf) {
     EXPECT_TRUE(std::isfinite(lb[it]));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <jpeglib.h>
@@ -281,6 +282,60 @@ Image load_image(const std::string& path, int64_t max_pixels) {
   auto bytes = read_file_bytes(path);
   if (!bytes) throw Error(cat(path, ": cannot open image"));
   return decode_image(*bytes, path, max_pixels);
+}
+
+namespace {
+
+uint32_t be16(std::string_view b, size_t i) { return (uint8_t(b[i]) << 8) | uint8_t(b[i + 1]); }
+uint32_t be32(std::string_view b, size_t i) { return (be16(b, i) << 16) | be16(b, i + 2); }
+int32_t le32(std::string_view b, size_t i) {
+  return static_cast<int32_t>(uint32_t(uint8_t(b[i])) | uint32_t(uint8_t(b[i + 1])) << 8 |
+                              uint32_t(uint8_t(b[i + 2])) << 16 | uint32_t(uint8_t(b[i + 3])) << 24);
+}
+
+// JPEG: the frame header (SOFn) holds the size; walk the marker segments until it.
+std::optional<std::pair<int, int>> jpeg_size(std::string_view b) {
+  size_t i = 2;
+  while (i + 9 < b.size()) {
+    if (uint8_t(b[i]) != 0xFF) return std::nullopt;
+    const uint8_t m = uint8_t(b[i + 1]);
+    if (m == 0xFF) { ++i; continue; }  // fill byte
+    const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+    if (sof) return std::make_pair(static_cast<int>(be16(b, i + 7)), static_cast<int>(be16(b, i + 5)));
+    if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) { i += 2; continue; }
+    i += 2 + be16(b, i + 2);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::pair<int, int>> header_size(std::string_view b) {
+  if (starts_with(b, "\xFF\xD8\xFF", 3)) return jpeg_size(b);
+  if (starts_with(b, "\x89PNG\r\n\x1A\n", 8) && b.size() >= 24)
+    return std::make_pair(static_cast<int>(be32(b, 16)), static_cast<int>(be32(b, 20)));
+  if (starts_with(b, "RIFF", 4) && b.size() >= 30 && b.substr(8, 4) == "WEBP") {
+    int w = 0, h = 0;
+    if (WebPGetInfo(reinterpret_cast<const uint8_t*>(b.data()), b.size(), &w, &h)) return std::make_pair(w, h);
+    return std::nullopt;
+  }
+  if (starts_with(b, "BM", 2) && b.size() >= 26) return std::make_pair(std::abs(le32(b, 18)), std::abs(le32(b, 22)));
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::pair<int, int> probe_image_size(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(cat(path, ": cannot open image"));
+  std::string head(1 << 16, '\0');
+  f.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(f.gcount()));
+  auto size = header_size(head);
+  if (!size && head.size() == (1u << 16)) {  // a JPEG with large metadata before its frame header
+    auto all = read_file_bytes(path);
+    if (all) size = header_size(*all);
+  }
+  if (!size || size->first <= 0 || size->second <= 0) throw Error(cat(path, ": no image size in its header"));
+  return *size;
 }
 
 namespace {

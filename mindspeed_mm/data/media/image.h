@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mm::data {
@@ -27,6 +28,10 @@ struct Image {
 // with more than `max_pixels` pixels (a decompression bomb guard).
 Image decode_image(std::string_view bytes, const std::string& source, int64_t max_pixels = int64_t(1) << 28);
 Image load_image(const std::string& path, int64_t max_pixels = int64_t(1) << 28);
+
+// (width, height) from the file's header alone (JPEG frame header, PNG IHDR, WebP, BMP), without
+// decoding: lets the loader know a sample's token count up front. mm::Error when unreadable.
+std::pair<int, int> probe_image_size(const std::string& path);
 
 // Writes an 8-bit RGB PNG (for `mm data fashion-mnist` and tests); mm::Error on failure.
 void save_png(const Image& image, const std::string& path);

@@ -1,0 +1,178 @@
+// `mm data`: dataset tools.
+//   mm data convert-llava IN.json OUT.jsonl     LLaVA format -> mllm JSONL
+//   mm data fashion-mnist --out DIR              Debian's Fashion-MNIST as PNGs + train/test JSONL
+//   mm data inspect FILE [...]                   counts, token lengths, image sizes, bad samples
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "cli/commands.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/parallel_for.h"
+#include "mindspeed_mm/data/fashion_mnist.h"
+#include "mindspeed_mm/data/media/image.h"
+#include "mindspeed_mm/data/mllm/mllm_dataset.h"
+#include "mindspeed_mm/data/mllm/mllm_options.h"
+#include "mindspeed_mm/data/mllm/sample_encoder.h"
+
+namespace mm::cli {
+namespace {
+
+struct DataArgs {
+  std::string in, out;
+  data::FashionMnistOptions fmnist;
+  // inspect
+  std::string file, tokenizer = "byte", chat_template = "qwen2vl", media_root;
+  int64_t cutoff_len = 1 << 20;
+  int64_t max_samples = 0;
+  int threads = 2;
+  bool headers_only = false;
+} args;
+
+int run_convert_llava() {
+  data::ConvertSummary s = data::convert_llava(args.in, args.out);
+  for (size_t i = 0; i < s.bad.size() && i < 10; ++i)
+    std::fprintf(stderr, "warning: skipped %s: %s\n", s.bad[i].source.c_str(), s.bad[i].reason.c_str());
+  std::printf("wrote %lld samples to %s (%zu skipped)\n", static_cast<long long>(s.written), args.out.c_str(),
+              s.bad.size());
+  return 0;
+}
+
+int run_fashion_mnist() {
+  args.fmnist.out_dir = args.out;
+  data::FashionMnistSummary s = data::write_fashion_mnist(args.fmnist);
+  std::printf("wrote %lld train and %lld test samples: %s, %s\n", static_cast<long long>(s.train),
+              static_cast<long long>(s.test), s.train_jsonl.c_str(), s.test_jsonl.c_str());
+  return 0;
+}
+
+// Power-of-two buckets [2^k, 2^(k+1)) of token lengths, printed with bars.
+void print_histogram(const std::vector<int64_t>& lengths) {
+  std::map<int, int64_t> buckets;
+  for (int64_t n : lengths) buckets[n <= 1 ? 0 : static_cast<int>(std::floor(std::log2(static_cast<double>(n))))]++;
+  int64_t peak = 0;
+  for (auto& [_, c] : buckets) peak = std::max(peak, c);
+  std::printf("token lengths (chat template applied, images expanded):\n");
+  for (auto& [k, c] : buckets) {
+    const int width = static_cast<int>(std::lround(40.0 * c / std::max<int64_t>(1, peak)));
+    std::printf("  %7lld - %-7lld %8lld  %s\n", k == 0 ? 0LL : 1LL << k, (1LL << (k + 1)) - 1,
+                static_cast<long long>(c), std::string(std::max(1, width), '#').c_str());
+  }
+}
+
+int run_inspect() {
+  data::MllmFile f = data::read_mllm_file(args.file, {}, args.media_root);
+  if (args.max_samples > 0 && static_cast<int64_t>(f.records.size()) > args.max_samples)
+    f.records.resize(static_cast<size_t>(args.max_samples));
+  config::DataConfig dc;
+  dc.tokenizer = args.tokenizer;
+  dc.chat_template = args.chat_template;
+  dc.cutoff_len = args.cutoff_len;
+  dc.truncation = "skip";  // a sample over --cutoff-len is reported, not cut
+  const data::SampleEncoder enc(data::mllm_tokenizer(dc), data::encoder_options(dc));
+
+  const size_t n = f.records.size();
+  std::vector<int64_t> lengths(n, -1);
+  std::vector<std::string> errors(n);
+  std::vector<std::pair<int, int>> sizes;
+  std::mutex mu;
+  int64_t images = 0, videos = 0, turns = 0, text_only = 0;
+  for (auto& r : f.records) {
+    images += static_cast<int64_t>(r.images.size());
+    videos += static_cast<int64_t>(r.videos.size());
+    turns += static_cast<int64_t>(r.messages.size());
+    text_only += r.images.empty() && r.videos.empty();
+  }
+  parallel_for(n, args.threads, [&](size_t i) {
+    const auto& r = f.records[i];
+    std::vector<std::pair<int, int>> local;
+    try {
+      for (auto& p : r.images) local.push_back(data::probe_image_size(p));
+      if (args.headers_only) lengths[i] = enc.estimate_length(r);
+      else lengths[i] = static_cast<int64_t>(enc.encode(r).input_ids.size());
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    sizes.insert(sizes.end(), local.begin(), local.end());
+  });
+
+  std::printf("%s: %zu records (%zu malformed), %lld messages, %lld images, %lld videos, %lld text-only\n",
+              args.file.c_str(), n + f.bad.size(), f.bad.size(), static_cast<long long>(turns),
+              static_cast<long long>(images), static_cast<long long>(videos), static_cast<long long>(text_only));
+  std::vector<int64_t> good;
+  for (int64_t l : lengths)
+    if (l >= 0) good.push_back(l);
+  if (!good.empty()) {
+    std::sort(good.begin(), good.end());
+    double mean = 0;
+    for (int64_t l : good) mean += static_cast<double>(l) / good.size();
+    std::printf("tokens per sample: min %lld, median %lld, mean %.1f, p99 %lld, max %lld\n",
+                static_cast<long long>(good.front()), static_cast<long long>(good[good.size() / 2]), mean,
+                static_cast<long long>(good[std::min(good.size() - 1, good.size() * 99 / 100)]),
+                static_cast<long long>(good.back()));
+    print_histogram(good);
+  }
+  if (!sizes.empty()) {
+    std::map<std::pair<int, int>, int64_t> by_size;
+    for (auto& s : sizes) by_size[s]++;
+    std::vector<std::pair<int64_t, std::pair<int, int>>> top;
+    for (auto& [s, c] : by_size) top.push_back({c, s});
+    std::sort(top.rbegin(), top.rend());
+    int wmin = INT32_MAX, wmax = 0, hmin = INT32_MAX, hmax = 0;
+    for (auto& s : sizes) {
+      wmin = std::min(wmin, s.first), wmax = std::max(wmax, s.first);
+      hmin = std::min(hmin, s.second), hmax = std::max(hmax, s.second);
+    }
+    std::printf("image sizes: width %d-%d, height %d-%d; most common:", wmin, wmax, hmin, hmax);
+    for (size_t i = 0; i < top.size() && i < 5; ++i)
+      std::printf(" %dx%d (%lld)", top[i].second.first, top[i].second.second, static_cast<long long>(top[i].first));
+    std::printf("\n");
+  }
+  int64_t bad = static_cast<int64_t>(f.bad.size());
+  for (auto& e : errors) bad += !e.empty();
+  std::printf("bad samples: %lld\n", static_cast<long long>(bad));
+  int shown = 0;
+  for (auto& b : f.bad)
+    if (shown++ < 20) std::printf("  %s: %s\n", b.source.c_str(), b.reason.c_str());
+  for (auto& e : errors)
+    if (!e.empty() && shown++ < 20) std::printf("  %s\n", e.c_str());
+  if (shown > 20) std::printf("  ... and %d more\n", shown - 20);
+  return 0;
+}
+
+}  // namespace
+
+void add_data_command(CLI::App& app) {
+  auto* c = app.add_subcommand("data", "Dataset tools: convert, prepare and inspect mllm datasets");
+  c->require_subcommand(1);
+
+  auto* llava = c->add_subcommand("convert-llava", "Convert a LLaVA JSON file to mllm JSONL");
+  llava->add_option("in", args.in, "LLaVA JSON (a list of {image, conversations})")->required();
+  llava->add_option("out", args.out, "mllm JSONL to write")->required();
+  register_action(llava, run_convert_llava);
+
+  auto* fm = c->add_subcommand("fashion-mnist", "Write Debian's Fashion-MNIST as PNGs plus train/test mllm JSONL");
+  fm->add_option("--out", args.out, "output directory")->required();
+  fm->add_option("--source", args.fmnist.source_dir, "folder of the IDX .gz files (package dataset-fashion-mnist)");
+  fm->add_option("--max-train", args.fmnist.max_train, "write at most N training images (0 = all 60000)");
+  fm->add_option("--max-test", args.fmnist.max_test, "write at most N test images (0 = all 10000)");
+  fm->add_option("--threads", args.fmnist.threads, "PNG encoding threads (0 = all cores)");
+  register_action(fm, run_fashion_mnist);
+
+  auto* in = c->add_subcommand("inspect", "Counts, token-length histogram, image sizes and bad samples of an mllm file");
+  in->add_option("file", args.file, "mllm JSON or JSONL")->required();
+  in->add_option("--tokenizer", args.tokenizer, "byte, or an HF tokenizer directory");
+  in->add_option("--template", args.chat_template, "chat template (qwen2vl, llama3, mistral, llava, default)");
+  in->add_option("--media-root", args.media_root, "folder relative media paths resolve against (default: the file's)");
+  in->add_option("--cutoff-len", args.cutoff_len, "flag samples longer than this many tokens as bad");
+  in->add_option("--max-samples", args.max_samples, "inspect only the first N records");
+  in->add_option("--threads", args.threads, "decoding threads");
+  in->add_flag("--headers-only", args.headers_only, "read image headers only (fast; lengths from header sizes)");
+  register_action(in, run_inspect);
+}
+
+}  // namespace mm::cli

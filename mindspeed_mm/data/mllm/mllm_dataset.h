@@ -1,0 +1,79 @@
+// The "mllm" dataset format of MindSpeed-MM / LLaMA-Factory (ShareGPT style), read into plain
+// records: one conversation with <image>/<video> placeholders and the media files they refer to.
+//
+//   {"messages": [{"role": "user", "content": "<image>What is this?"},
+//                 {"role": "assistant", "content": "A cat."}],
+//    "images": ["cats/1.jpg"], "videos": [], "system": "optional system prompt"}
+//
+// Files are JSONL (one object per line) or JSON (one array of objects). Field names and role
+// values are remappable (MllmAttr, LLaMA-Factory's dataset_attr / ShareGPT tags), so the
+// `conversations` / `from` / `value` / `human` / `gpt` spelling reads with no conversion.
+// Media paths resolve against a media root (the data file's folder unless one is configured).
+//
+// A record that cannot be a sample (malformed JSON, missing fields, a placeholder count that
+// differs from the media list) is a BadRecord naming file and line, not an exception: reading
+// goes on. Media are not opened here; the sample encoder does that on loader threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/data/chat_template.h"
+
+namespace mm::data {
+
+struct MllmAttr {
+  std::string messages = "messages", images = "images", videos = "videos", system = "system";
+  std::string role_tag = "role", content_tag = "content";
+  std::string user_tag = "user", assistant_tag = "assistant", system_tag = "system";
+};
+
+struct MllmRecord {
+  std::vector<ChatMessage> messages;  // roles normalised to system/user/assistant
+  std::vector<std::string> images, videos;  // resolved paths
+  std::string source;  // "train.jsonl:12" or "train.json[3]"
+};
+
+struct BadRecord {
+  std::string source, reason;
+};
+
+struct MllmFile {
+  std::vector<MllmRecord> records;
+  std::vector<BadRecord> bad;
+};
+
+// Reads one data file. mm::Error naming the path when it cannot be read at all (missing, or a
+// .json file that is not valid JSON); per-record problems become `bad`.
+MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr = {}, const std::string& media_root = "");
+
+// Placeholder occurrences of "<image>" / "<video>" in the text.
+int64_t count_placeholder(const std::string& text, const std::string& placeholder);
+
+// One mixture entry: record `index` of dataset `dataset`.
+struct MixEntry {
+  int32_t dataset = 0;
+  int64_t index = 0;
+};
+
+// The samples one epoch draws from several datasets. A weight is how many times over one epoch
+// sees its dataset: dataset i contributes n_i = round(w_i * size_i) entries, all of its records
+// floor(n_i / size_i) times plus a seeded subset (without replacement) of n_i mod size_i more.
+// Weights 1 (the default) concatenate the datasets; 2 oversamples one twice, 0.5 takes half.
+// The result is grouped by dataset; the sampler shuffles it. mm::Error for a weight < 0, a
+// size/weight count mismatch, or an empty result.
+std::vector<MixEntry> build_mixture(const std::vector<int64_t>& sizes, const std::vector<double>& weights,
+                                    uint64_t seed);
+
+// `mm data convert-llava IN OUT`: LLaVA's JSON (a list of {"id", "image", "conversations":
+// [{"from": "human"|"gpt"|"system", "value"}]}) to mllm JSONL. An image whose conversation has
+// no <image> gets one at the start of the first user turn, as LLaVA's preprocessing does.
+// Malformed entries are skipped and reported. Writes OUT atomically (temporary name, rename).
+struct ConvertSummary {
+  int64_t written = 0;
+  std::vector<BadRecord> bad;
+};
+ConvertSummary convert_llava(const std::string& in_path, const std::string& out_path);
+
+}  // namespace mm::data

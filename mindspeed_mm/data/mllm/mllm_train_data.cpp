@@ -1,0 +1,205 @@
+// The "mllm" dataset of `mm train`: data.paths (with data.weights) read as mllm records, a
+// validation split (data.val_paths, or data.val_fraction of the records by content hash), the
+// sample encoder and collator, and the threaded DataLoader sharded by data-parallel rank.
+#include <filesystem>
+
+#include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/core/parallel_for.h"
+#include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/data/loader.h"
+#include "mindspeed_mm/data/mllm/mllm_dataset.h"
+#include "mindspeed_mm/data/mllm/mllm_options.h"
+#include "mindspeed_mm/data/text_dataset.h"
+#include "mindspeed_mm/data/tokenizer/byte_chat_tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace mm::data {
+
+SampleEncoderOptions encoder_options(const config::DataConfig& c) {
+  SampleEncoderOptions o;
+  o.chat_template = c.chat_template;
+  o.chat.train_on_prompt = c.train_on_prompt;
+  o.chat.mask_history = c.mask_history;
+  o.chat.system = c.system;
+  o.cutoff_len = c.cutoff_len;
+  o.truncation = c.truncation;
+  const auto& p = c.processor;
+  auto& m = o.media;
+  m.type = p.type;
+  m.image.patch_size = static_cast<int>(p.patch_size);
+  m.image.temporal_patch_size = static_cast<int>(p.temporal_patch_size);
+  m.image.merge_size = static_cast<int>(p.merge_size);
+  m.image.min_pixels = p.min_pixels;
+  m.image.max_pixels = p.max_pixels;
+  if (p.image_mean.size() != 3 || p.image_std.size() != 3)
+    throw ConfigError("config: data.processor.image_mean and image_std must hold 3 numbers (R, G, B)");
+  for (int k = 0; k < 3; ++k) {
+    m.image.mean[k] = static_cast<float>(p.image_mean[k]);
+    m.image.std[k] = static_cast<float>(p.image_std[k]);
+  }
+  m.video_min_pixels = p.video_min_pixels;
+  m.video_max_pixels = p.video_max_pixels;
+  m.video.fps = p.fps;
+  m.video.min_frames = p.min_frames;
+  m.video.max_frames = p.max_frames;
+  m.video.frame_factor = p.temporal_patch_size;
+  m.image_size = static_cast<int>(p.image_size);
+  m.image_tokens = p.image_tokens;
+  return o;
+}
+
+PretrainedTokenizer mllm_tokenizer(const config::DataConfig& c) {
+  return c.tokenizer == "byte" ? byte_chat_tokenizer() : load_pretrained_tokenizer(c.tokenizer);
+}
+
+MllmAttr mllm_attr(const config::DataConfig& c) {
+  const auto& a = c.attr;
+  MllmAttr m;
+  m.messages = a.messages;
+  m.images = a.images;
+  m.videos = a.videos;
+  m.system = a.system;
+  m.role_tag = a.role_tag;
+  m.content_tag = a.content_tag;
+  m.user_tag = a.user_tag;
+  m.assistant_tag = a.assistant_tag;
+  m.system_tag = a.system_tag;
+  return m;
+}
+
+namespace {
+
+// Logs the first few malformed records of a file and a count for the rest.
+void report_bad_records(const std::string& path, const std::vector<BadRecord>& bad) {
+  constexpr size_t kShown = 5;
+  for (size_t i = 0; i < bad.size() && i < kShown; ++i)
+    log::warn("data: skipping bad sample ", bad[i].source, ": ", bad[i].reason);
+  if (bad.size() > kShown) log::warn("data: ... and ", bad.size() - kShown, " more bad records in ", path);
+}
+
+// A stable content key of a record for the train/val split: its texts and media paths.
+std::string record_key(const MllmRecord& r) {
+  std::string k;
+  for (auto& m : r.messages) k += m.role + '\x1f' + m.content + '\x1e';
+  for (auto& p : r.images) k += p + '\x1d';
+  for (auto& p : r.videos) k += p + '\x1d';
+  return k;
+}
+
+class MllmStream : public BatchStream {
+ public:
+  MllmStream(std::unique_ptr<DataLoader> loader, int64_t bad_records)
+      : loader_(std::move(loader)), bad_records_(bad_records) {}
+  Batch next() override { return loader_->next(); }
+  nlohmann::json state() const override { return loader_->state(); }
+  void load_state(const nlohmann::json& s) override { loader_->load_state(s); }
+  int64_t skipped_samples() const override {
+    return bad_records_ + static_cast<int64_t>(loader_->stats().bad.size());
+  }
+
+ private:
+  std::unique_ptr<DataLoader> loader_;
+  int64_t bad_records_;
+};
+
+TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
+  auto encoder = std::make_shared<const SampleEncoder>(mllm_tokenizer(c), encoder_options(c));
+  const MllmAttr attr = mllm_attr(c);
+  const std::string collator_id = c.collator.empty() ? "padded" : c.collator;
+  SampleCollator collate = collator_registry().get(collator_id, "data.collator")(c, encoder->pad_id());
+
+  // Records: every path is one dataset of the mixture.
+  std::vector<std::vector<MllmRecord>> sets;
+  auto val = std::make_shared<std::vector<MllmRecord>>();
+  int64_t bad_records = 0, good_records = 0;
+  for (const auto& path : c.paths) {
+    MllmFile f = read_mllm_file(path, attr, c.media_root);
+    report_bad_records(path, f.bad);
+    bad_records += static_cast<int64_t>(f.bad.size());
+    good_records += static_cast<int64_t>(f.records.size());
+    std::vector<MllmRecord> train;
+    for (auto& r : f.records) {
+      const bool is_val = c.val_paths.empty() && c.val_fraction > 0 &&
+                          is_validation_document(record_key(r), c.val_fraction, static_cast<uint64_t>(c.seed));
+      (is_val ? *val : train).push_back(std::move(r));
+    }
+    sets.push_back(std::move(train));
+  }
+  for (const auto& path : c.val_paths) {
+    MllmFile f = read_mllm_file(path, attr, c.media_root);
+    report_bad_records(path, f.bad);
+    for (auto& r : f.records) val->push_back(std::move(r));
+  }
+  const int64_t read = bad_records + good_records;
+  if (read > 0 && bad_records > c.max_bad_fraction * static_cast<double>(read))
+    throw Error(cat("data: ", bad_records, " of ", read, " records in data.paths are malformed, more than data.max_bad_fraction ",
+                    c.max_bad_fraction));
+
+  std::vector<int64_t> sizes;
+  for (auto& s : sets) sizes.push_back(static_cast<int64_t>(s.size()));
+  auto records = std::make_shared<std::vector<MllmRecord>>();
+  for (const MixEntry& e : build_mixture(sizes, c.weights, static_cast<uint64_t>(c.seed)))
+    records->push_back(sets[e.dataset][static_cast<size_t>(e.index)]);
+  sets.clear();
+  const int64_t n = static_cast<int64_t>(records->size());
+  log::info("data: ", n, " training samples from ", c.paths.size(), " file(s), ", val->size(), " validation samples, ",
+            bad_records, " malformed record(s) skipped");
+
+  ResumableSampler sampler(n, static_cast<uint64_t>(c.seed), /*shuffle=*/true, ctx.rank, ctx.world);
+  if (c.group_by_length) {
+    std::vector<int64_t> lengths(static_cast<size_t>(n));
+    parallel_for(static_cast<size_t>(n), static_cast<int>(std::max<int64_t>(1, c.num_workers)),
+                 [&](size_t i) { lengths[i] = encoder->estimate_length((*records)[i]); });
+    sampler.group_by_length(std::move(lengths), ctx.world * ctx.micro_batch_size * 50);
+  }
+  LoaderOptions lo;
+  lo.batch_size = ctx.micro_batch_size;
+  lo.num_workers = static_cast<int>(c.num_workers);
+  lo.prefetch = c.prefetch;
+  lo.max_bad_fraction = c.max_bad_fraction;
+  lo.min_samples_for_bad_check = std::min<int64_t>(lo.min_samples_for_bad_check, n);
+  auto loader = std::make_unique<DataLoader>(
+      n, [encoder, records](int64_t i) { return encoder->encode((*records)[static_cast<size_t>(i)]); }, collate,
+      std::move(sampler), lo);
+
+  TrainData d;
+  d.train = std::make_unique<MllmStream>(std::move(loader), bad_records);
+  d.vocab_size = encoder->tokenizer().vocab_size();
+  d.eos_id = encoder->eos_id();
+  d.encode = [encoder](std::string_view s) { return encoder->tokenizer().encode(s, false); };
+  d.decode = [encoder](const std::vector<int64_t>& ids) { return encoder->tokenizer().decode(ids, true); };
+  if (!val->empty()) {
+    const int threads = static_cast<int>(std::max<int64_t>(1, c.num_workers));
+    d.val = [encoder, val, collate, threads](int64_t batch, int64_t max_batches, const std::function<void(const Batch&)>& fn) {
+      // In file order; bad samples are left out (warned once each per pass).
+      const int64_t total = static_cast<int64_t>(val->size());
+      int64_t batches = 0;
+      for (int64_t start = 0; start < total; start += batch) {
+        if (max_batches > 0 && batches++ >= max_batches) break;
+        const int64_t count = std::min(batch, total - start);
+        std::vector<EncodedSample> enc(static_cast<size_t>(count));
+        std::vector<std::string> errors(static_cast<size_t>(count));
+        parallel_for(static_cast<size_t>(count), threads, [&](size_t i) {
+          try {
+            enc[i] = encoder->encode((*val)[start + i]);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
+        });
+        std::vector<EncodedSample> good;
+        for (int64_t i = 0; i < count; ++i) {
+          if (errors[i].empty()) good.push_back(std::move(enc[i]));
+          else log::warn("data: validation: skipping bad sample ", errors[i]);
+        }
+        if (!good.empty()) fn(collate(good));
+      }
+    };
+  }
+  return d;
+}
+
+Registrar mllm_dataset(dataset_registry(), "mllm", make_mllm_data);
+
+}  // namespace
+}  // namespace mm::data

@@ -1,0 +1,25 @@
+// Reading `mm train`'s metrics JSONL in end-to-end tests.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "run_command.h"
+
+namespace mm::test {
+
+// iteration -> the last logged loss (a resumed run re-logs the iterations after its checkpoint).
+inline std::map<int64_t, double> metrics_losses(const std::string& metrics_path) {
+  std::map<int64_t, double> out;
+  std::istringstream in(read_file(metrics_path));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out[j["iter"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+}  // namespace mm::test
