@@ -25,6 +25,7 @@ test: build
 
 bench: build
 	bash bench/run_train_step.sh $(BUILD)
+	bash bench/run_loader.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -15,6 +15,7 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
   zlib1g-dev dataset-fashion-mnist
+  python3-torchvision python3-av   # bench/loader_baseline.py
 )
 
 missing=()
