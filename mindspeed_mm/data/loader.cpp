@@ -18,6 +18,8 @@ DataLoader::DataLoader(int64_t dataset_size, EncodeFn encode, CollateFn collate,
   MM_CHECK(n_ > 0, "data loader: the dataset is empty");
   MM_CHECK(options_.batch_size >= 1, "data loader: batch size must be >= 1 (got ", options_.batch_size, ")");
   MM_CHECK(options_.num_workers >= 0, "data loader: num_workers must be >= 0 (got ", options_.num_workers, ")");
+  MM_CHECK(options_.max_replacements >= 0, "data loader: max_replacements must be >= 0");
+  if (!options_.sample_key) options_.sample_key = [](int64_t i) { return i; };
   options_.prefetch = std::max<int64_t>(options_.prefetch, 0);
   delivered_sampler_ = sampler_.state();
   start_workers();
@@ -27,7 +29,12 @@ DataLoader::~DataLoader() { stop_workers(); }
 
 void DataLoader::start_workers() {
   stopping_ = false;
-  for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    stop_workers();
+    throw Error(cat("data loader: cannot start ", options_.num_workers, " worker threads (", e.what(), ")"));
+  }
 }
 
 void DataLoader::stop_workers() {
@@ -74,11 +81,13 @@ void DataLoader::worker_loop() {
 EncodedSample DataLoader::encode_slot(int64_t index, Result& r) {
   for (int64_t k = 0; k <= options_.max_replacements; ++k) {
     const int64_t i = (index + k) % n_;
+    const int64_t key = options_.sample_key(i);
     ++r.attempts;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (known_bad_.count(i)) {
-        r.bad.emplace_back(i, "");  // the reason is filled in from stats_ on delivery
+      auto it = known_bad_.find(key);
+      if (it != known_bad_.end()) {
+        r.bad.emplace_back(key, it->second);
         continue;
       }
     }
@@ -90,14 +99,12 @@ EncodedSample DataLoader::encode_slot(int64_t index, Result& r) {
     } catch (const c10::Error& e) {
       why = e.what_without_backtrace();
       why = why.substr(0, why.find('\n'));
-    } catch (const std::exception& e) {
-      why = e.what();
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      known_bad_.insert(i);
+      known_bad_.emplace(key, why);
     }
-    r.bad.emplace_back(i, why);
+    r.bad.emplace_back(key, why);
   }
   throw Error(cat("data: ", options_.max_replacements + 1, " consecutive bad samples from index ", index,
                   "; the last: ", r.bad.back().second));
@@ -119,34 +126,26 @@ DataLoader::Result DataLoader::run(const Task& task) {
 
 void DataLoader::deliver(Result& r) {
   if (r.error) std::rethrow_exception(r.error);
-  stats_.batches += 1;
-  stats_.samples += r.batch.num_samples;
-  stats_.attempts += r.attempts;
-  stats_.bad_attempts += static_cast<int64_t>(r.bad.size());
-  for (auto& [i, why] : r.bad) {
-    if (stats_.bad.count(i)) continue;
-    // A cache hit carries no reason: the sample that first failed is in this batch or an
-    // earlier one, so its reason is already known, except when a later batch's worker
-    // recorded it first; then it is re-derived here, on the caller's thread.
-    std::string reason = why;
-    if (reason.empty()) {
-      try {
-        encode_(i);
-        reason = cat("sample ", i, " failed on another attempt");
-      } catch (const std::exception& e) {
-        reason = e.what();
-      }
-    }
-    stats_.bad.emplace(i, reason);
-    log::warn("data: skipping bad sample ", reason);
+  LoaderStats next = stats_;
+  next.batches += 1;
+  next.samples += r.batch.num_samples;
+  next.attempts += r.attempts;
+  next.bad_attempts += static_cast<int64_t>(r.bad.size());
+  std::vector<const std::string*> fresh;
+  for (auto& [key, why] : r.bad) {
+    if (!next.bad.emplace(key, why).second) continue;
+    if (next.first_bad.empty()) next.first_bad = why;
+    fresh.push_back(&why);
   }
+  if (next.attempts >= options_.min_samples_for_bad_check &&
+      static_cast<double>(next.bad_attempts) > options_.max_bad_fraction * static_cast<double>(next.attempts)) {
+    throw Error(cat("data: ", next.bad_attempts, " of ", next.attempts, " samples were bad (",
+                    100.0 * next.bad_attempts / next.attempts, "%), more than data.max_bad_fraction ",
+                    options_.max_bad_fraction, "; the first: ", next.first_bad));
+  }
+  for (const std::string* why : fresh) log::warn("data: skipping bad sample ", *why);
+  stats_ = std::move(next);
   delivered_sampler_ = r.sampler_after;
-  if (stats_.attempts >= options_.min_samples_for_bad_check &&
-      static_cast<double>(stats_.bad_attempts) > options_.max_bad_fraction * static_cast<double>(stats_.attempts)) {
-    throw Error(cat("data: ", stats_.bad_attempts, " of ", stats_.attempts, " samples were bad (",
-                    100.0 * stats_.bad_attempts / stats_.attempts, "%), more than data.max_bad_fraction ",
-                    options_.max_bad_fraction, "; first: ", stats_.bad.begin()->second));
-  }
 }
 
 Batch DataLoader::next() {
@@ -174,34 +173,36 @@ Batch DataLoader::next() {
 nlohmann::json DataLoader::state() const {
   nlohmann::json bad = nlohmann::json::object();
   for (auto& [i, why] : stats_.bad) bad[std::to_string(i)] = why;
-  return {{"sampler", delivered_sampler_}, {"batches", stats_.batches},   {"samples", stats_.samples},
-          {"attempts", stats_.attempts},   {"bad_attempts", stats_.bad_attempts}, {"bad", bad}};
+  return {{"sampler", delivered_sampler_},       {"batches", stats_.batches}, {"samples", stats_.samples},
+          {"attempts", stats_.attempts},         {"bad_attempts", stats_.bad_attempts},
+          {"first_bad", stats_.first_bad},       {"bad", bad}};
 }
 
 void DataLoader::load_state(const nlohmann::json& s) {
   MM_CHECK(s.is_object() && s.contains("sampler"), "data loader state: no 'sampler' field in ", s.dump().substr(0, 200));
+  // Everything is checked on copies first: a state that does not fit leaves this loader as it was.
+  ResumableSampler sampler = sampler_;
+  sampler.load_state(s.at("sampler"));
+  LoaderStats stats;
+  try {
+    stats.batches = s.value("batches", int64_t(0));
+    stats.samples = s.value("samples", int64_t(0));
+    stats.attempts = s.value("attempts", int64_t(0));
+    stats.bad_attempts = s.value("bad_attempts", int64_t(0));
+    stats.first_bad = s.value("first_bad", std::string());
+    if (s.contains("bad"))
+      for (auto& [k, v] : s.at("bad").items()) stats.bad.emplace(std::stoll(k), v.get<std::string>());
+  } catch (const std::exception& e) {
+    throw Error(cat("data loader state: malformed field (", e.what(), ")"));
+  }
   stop_workers();
   queue_.clear();
   done_.clear();
   next_seq_ = dispatched_ = 0;
-  sampler_.load_state(s.at("sampler"));
+  sampler_ = std::move(sampler);
   delivered_sampler_ = sampler_.state();
-  stats_ = {};
-  known_bad_.clear();
-  try {
-    stats_.batches = s.value("batches", int64_t(0));
-    stats_.samples = s.value("samples", int64_t(0));
-    stats_.attempts = s.value("attempts", int64_t(0));
-    stats_.bad_attempts = s.value("bad_attempts", int64_t(0));
-    if (s.contains("bad"))
-      for (auto& [k, v] : s.at("bad").items()) {
-        const int64_t i = std::stoll(k);
-        stats_.bad.emplace(i, v.get<std::string>());
-        known_bad_.insert(i);
-      }
-  } catch (const std::exception& e) {
-    throw Error(cat("data loader state: malformed field (", e.what(), ")"));
-  }
+  known_bad_ = stats.bad;
+  stats_ = std::move(stats);
   start_workers();
 }
 

@@ -5,10 +5,12 @@
 // next() hands them out strictly by k, so the batch sequence is identical for any worker
 // count (0 = encode on the caller's thread). At most `prefetch` batches are in flight.
 //
-// Bad samples: encode(i) throwing mm::Error means sample i is unusable. It is replaced by the
-// next index i+1, i+2, ... (mod n) that encodes, so batches keep their size and the choice is
-// a function of the data alone, never of timing. Each bad index is logged once (its source
-// and reason) and counted, in delivery order. When the share of bad attempts among all
+// Bad samples: encode(i) throwing mm::Error (or c10::Error) means sample i is unusable; any other
+// exception (out of memory, a bug) stops the run instead of silently replacing samples. A bad
+// sample is replaced by the next index i+1, i+2, ... (mod n) that encodes, so batches keep their
+// size and the choice is a function of the data alone, never of timing. Each bad record is
+// logged once (its source and reason) and counted, in delivery order; sample_key maps an
+// index to its record, so a record a mixture repeats counts once. When the share of bad attempts among all
 // attempts exceeds max_bad_fraction (checked once at least min_samples_for_bad_check were
 // attempted), next() throws an mm::Error naming the count and the first bad samples.
 //
@@ -22,7 +24,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -41,13 +42,15 @@ struct LoaderOptions {
   double max_bad_fraction = 0.1;
   int64_t min_samples_for_bad_check = 200;
   int64_t max_replacements = 32;  // consecutive bad indices tried before giving up on a slot
+  std::function<int64_t(int64_t)> sample_key;  // index -> record id (empty: the index itself)
 };
 
 struct LoaderStats {
   int64_t batches = 0, samples = 0;  // delivered
   int64_t attempts = 0;              // encodes tried for delivered batches (bad ones included)
   int64_t bad_attempts = 0;
-  std::map<int64_t, std::string> bad;  // distinct bad index -> "source: reason"
+  std::map<int64_t, std::string> bad;  // distinct bad record (sample_key) -> "source: reason"
+  std::string first_bad;               // the first one delivered
 };
 
 class DataLoader {
@@ -79,7 +82,7 @@ class DataLoader {
     Batch batch;
     nlohmann::json sampler_after;
     int64_t attempts = 0;
-    std::vector<std::pair<int64_t, std::string>> bad;  // in slot order
+    std::vector<std::pair<int64_t, std::string>> bad;  // (record key, reason) in slot order
     std::exception_ptr error;
   };
 
@@ -104,7 +107,7 @@ class DataLoader {
   std::map<int64_t, Result> done_;       // finished, waiting for their turn
   int64_t next_seq_ = 0, dispatched_ = 0;
   bool stopping_ = false;
-  std::set<int64_t> known_bad_;          // a cache so a bad file is not decoded again
+  std::map<int64_t, std::string> known_bad_;  // record key -> reason: a bad file is decoded once
   std::vector<std::thread> workers_;
 
   nlohmann::json delivered_sampler_;     // sampler state after the last delivered batch

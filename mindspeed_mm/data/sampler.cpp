@@ -82,10 +82,21 @@ std::vector<int64_t> ResumableSampler::next_n(int64_t k) {
   return out;
 }
 
+uint64_t ResumableSampler::lengths_hash() const {
+  uint64_t h = 0;
+  for (int64_t l : lengths_) h = splitmix64(h ^ static_cast<uint64_t>(l));
+  return h;
+}
+
 nlohmann::json ResumableSampler::state() const {
-  return {{"n", n_},         {"seed", seed_},   {"shuffle", shuffle_},
-          {"rank", rank_},   {"world", world_}, {"epoch", epoch_},
-          {"position", position_}, {"consumed", position_ * world_}};
+  nlohmann::json s = {{"n", n_},         {"seed", seed_},   {"shuffle", shuffle_},
+                      {"rank", rank_},   {"world", world_}, {"epoch", epoch_},
+                      {"position", position_}, {"consumed", position_ * world_}};
+  if (!lengths_.empty()) {
+    s["group_size"] = group_size_;
+    s["lengths_hash"] = lengths_hash();
+  }
+  return s;
 }
 
 void ResumableSampler::load_state(const nlohmann::json& s) {
@@ -103,6 +114,12 @@ void ResumableSampler::load_state(const nlohmann::json& s) {
     MM_CHECK(seed == seed_, "sampler state has seed ", seed, " but this sampler has seed ", seed_);
     MM_CHECK(shuffle == shuffle_, "sampler state has shuffle=", shuffle,
              " but this sampler has shuffle=", shuffle_);
+    const int64_t group = s.value("group_size", int64_t(0));
+    MM_CHECK(group == (lengths_.empty() ? 0 : group_size_), "sampler state has length group size ", group,
+             " but this sampler has ", lengths_.empty() ? 0 : group_size_,
+             " (data.group_by_length or the batch size changed since the checkpoint?)");
+    MM_CHECK(lengths_.empty() || s.value("lengths_hash", uint64_t(0)) == lengths_hash(),
+             "sampler state: the sample lengths differ from the checkpoint's (dataset or media changed?)");
     const auto epoch = field("epoch").get<int64_t>();
     const auto world = field("world").get<int64_t>();
     const auto position = field("position").get<int64_t>();

@@ -65,7 +65,9 @@ class ResumableSampler {
   void group_by_length(std::vector<int64_t> lengths, int64_t group_size);
 
   // {"n","seed","shuffle","rank","world","epoch","position","consumed"}; consumed = position * world
-  // is the count drawn by all ranks together this epoch.
+  // is the count drawn by all ranks together this epoch. With length grouping also "group_size"
+  // and "lengths_hash", so a resume with other grouping or other lengths is an error, not a
+  // silently different order.
   nlohmann::json state() const;
   // Restores a state. A state for another n, seed or shuffle setting is an mm::Error. A state from
   // another world size resumes at the same global point of the epoch (consumed / world, rounded
@@ -74,6 +76,7 @@ class ResumableSampler {
 
  private:
   int64_t order_at(int64_t epoch_position);  // the epoch order's entry for this rank
+  uint64_t lengths_hash() const;
 
   int64_t n_;
   uint64_t seed_;

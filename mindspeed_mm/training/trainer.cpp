@@ -204,6 +204,7 @@ TrainSummary train(const config::Config& cfg) {
     progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
   };
 
+  state.sampler = lm.train->state();  // a run that takes no step still saves a resumable state
   bool warned_vision = false;
   while (state.iteration < tc.train_iters) {
     if (state.iteration + 1 == kill_at) std::raise(SIGKILL);

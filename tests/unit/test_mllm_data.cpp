@@ -457,3 +457,61 @@ TEST(MllmData, LoaderShardsByDataParallelRank) {
   }
   EXPECT_EQ(seen.size(), 30u);
 }
+
+TEST(MllmData, LoaderEdgeCases) {
+  // A state that does not fit is an error and leaves the loader working.
+  auto l = synthetic_loader(40, {}, 2, 4);
+  take(*l, 2);
+  nlohmann::json other = synthetic_loader(30, {}, 1, 4)->state();
+  EXPECT_THROW(l->load_state(other), mm::Error);
+  EXPECT_EQ(take(*l, 1).size(), 1u);  // no hang
+
+  // A record repeated by a mixture (keys 0..9 twice) is bad once, however often it is drawn.
+  LoaderOptions lo;
+  lo.batch_size = 4;
+  lo.num_workers = 2;
+  lo.max_bad_fraction = 0.5;
+  lo.sample_key = [](int64_t i) { return i % 10; };
+  CollatorOptions co{false, 1, 0};
+  DataLoader mix(20, [](int64_t i) -> EncodedSample {
+    if (i % 10 == 3) throw mm::Error("mix:3: corrupt");
+    return synthetic(i, 5);
+  }, [co](const std::vector<EncodedSample>& s) { return collate_samples(s, co); }, ResumableSampler(20, 4, true), lo);
+  take(mix, 5);  // one epoch
+  EXPECT_EQ(mix.stats().bad.size(), 1u);
+  EXPECT_EQ(mix.stats().bad_attempts, 2);
+
+  // Anything but a data error (here std::bad_alloc) stops the run instead of replacing samples.
+  lo.sample_key = nullptr;
+  DataLoader oom(20, [](int64_t i) -> EncodedSample {
+    if (i == 7) throw std::bad_alloc();
+    return synthetic(i, 5);
+  }, [co](const std::vector<EncodedSample>& s) { return collate_samples(s, co); }, ResumableSampler(20, 4, false), lo);
+  EXPECT_THROW(take(oom, 5), std::bad_alloc);
+}
+
+TEST(MllmData, LengthGroupingIsPartOfTheSamplerState) {
+  std::vector<int64_t> lengths(20, 1);
+  ResumableSampler a(20, 5, true);
+  a.group_by_length(lengths, 10);
+  a.next_n(7);
+  ResumableSampler plain(20, 5, true);
+  EXPECT_THROW(plain.load_state(a.state()), mm::Error);
+  lengths[3] = 9;
+  ResumableSampler changed(20, 5, true);
+  changed.group_by_length(lengths, 10);
+  EXPECT_THROW(changed.load_state(a.state()), mm::Error);
+  lengths[3] = 1;
+  ResumableSampler same(20, 5, true);
+  same.group_by_length(lengths, 10);
+  same.load_state(a.state());
+  EXPECT_EQ(same.next_n(5), a.next_n(5));
+}
+
+TEST(MllmData, LiteralPadTokensInTheTextAreABadSample) {
+  fs::path dir = scratch("mllm_literal_pad");
+  write_png(dir / "a.png", 56, 56);
+  write(dir / "d.jsonl", R"({"messages":[{"role":"user","content":"<image>x<|image_pad|>"},{"role":"assistant","content":"y"}],"images":["a.png"]})" "\n");
+  SampleEncoder enc(byte_chat_tokenizer(), small_qwen_options());
+  EXPECT_THROW(enc.encode(read_mllm_file((dir / "d.jsonl").string()).records[0]), mm::Error);
+}

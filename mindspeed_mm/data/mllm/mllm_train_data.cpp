@@ -139,8 +139,13 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   std::vector<int64_t> sizes;
   for (auto& s : sets) sizes.push_back(static_cast<int64_t>(s.size()));
   auto records = std::make_shared<std::vector<MllmRecord>>();
-  for (const MixEntry& e : build_mixture(sizes, c.weights, static_cast<uint64_t>(c.seed)))
+  auto record_ids = std::make_shared<std::vector<int64_t>>();  // a repeated record keeps one id
+  std::vector<int64_t> first_id(sizes.size(), 0);
+  for (size_t i = 1; i < sizes.size(); ++i) first_id[i] = first_id[i - 1] + sizes[i - 1];
+  for (const MixEntry& e : build_mixture(sizes, c.weights, static_cast<uint64_t>(c.seed))) {
     records->push_back(sets[e.dataset][static_cast<size_t>(e.index)]);
+    record_ids->push_back(first_id[e.dataset] + e.index);
+  }
   sets.clear();
   const int64_t n = static_cast<int64_t>(records->size());
   log::info("data: ", n, " training samples from ", c.paths.size(), " file(s), ", val->size(), " validation samples, ",
@@ -159,6 +164,7 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   lo.prefetch = c.prefetch;
   lo.max_bad_fraction = c.max_bad_fraction;
   lo.min_samples_for_bad_check = std::min<int64_t>(lo.min_samples_for_bad_check, n);
+  lo.sample_key = [record_ids](int64_t i) { return (*record_ids)[static_cast<size_t>(i)]; };
   auto loader = std::make_unique<DataLoader>(
       n, [encoder, records](int64_t i) { return encoder->encode((*records)[static_cast<size_t>(i)]); }, collate,
       std::move(sampler), lo);

@@ -171,6 +171,18 @@ EncodedSample SampleEncoder::encode(const MllmRecord& rec) const {
     throw Error(cat(rec.source, ": ", e.what()));
   }
 
+  // Every pad token must belong to a placeholder: a literal "<|image_pad|>" in the text would
+  // shift which image each block of pads stands for.
+  int64_t expected_pads = 0;
+  for (int64_t t : images.tokens) expected_pads += t;
+  const int64_t image_pads = std::count(chat.input_ids.begin(), chat.input_ids.end(), image_pad_);
+  int64_t expected_video_pads = 0;
+  for (int64_t t : videos.tokens) expected_video_pads += t;
+  const int64_t video_pads = std::count(chat.input_ids.begin(), chat.input_ids.end(), video_pad_);
+  MM_CHECK((image_pad_ < 0 || image_pads == expected_pads) && (video_pad_ < 0 || video_pads == expected_video_pads),
+           rec.source, ": the text holds image/video pad tokens of its own (", image_pads + video_pads,
+           " pads for ", expected_pads + expected_video_pads, " placeholder tokens)");
+
   // Truncation. Each image / video occupies one block of tokens: its pads, plus the
   // <|vision_start|>/<|vision_end|> around them for Qwen; a cut inside a block moves to its start
   // and the media from that block on are dropped with their pixels.
