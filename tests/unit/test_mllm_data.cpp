@@ -515,3 +515,23 @@ TEST(MllmData, LiteralPadTokensInTheTextAreABadSample) {
   SampleEncoder enc(byte_chat_tokenizer(), small_qwen_options());
   EXPECT_THROW(enc.encode(read_mllm_file((dir / "d.jsonl").string()).records[0]), mm::Error);
 }
+
+TEST(MllmData, HeaderOnlyLengthEstimateCountsImageTokensExactly) {
+  // Same text, different image sizes: encode() and estimate_length() differ by the same template
+  // overhead, so the image part of the estimate (from the PNG header alone) is exact.
+  fs::path dir = scratch("mllm_estimate");
+  write_png(dir / "small.png", 40, 30);
+  write_png(dir / "big.png", 300, 200);
+  write(dir / "d.jsonl", vqa_line("small.png", "x") + "\n" + vqa_line("big.png", "x") + "\n");
+  MllmFile f = read_mllm_file((dir / "d.jsonl").string());
+  SampleEncoderOptions o;  // Qwen2-VL's default pixel budget
+  SampleEncoder enc(byte_chat_tokenizer(), o);
+  std::vector<int64_t> overhead;
+  for (auto& r : f.records)
+    overhead.push_back(static_cast<int64_t>(enc.encode(r).input_ids.size()) - enc.estimate_length(r));
+  EXPECT_EQ(overhead[0], overhead[1]);
+  EXPECT_GT(enc.estimate_length(f.records[1]), enc.estimate_length(f.records[0]) + 50);
+  MllmRecord missing = f.records[0];
+  missing.images[0] = (dir / "nope.png").string();
+  EXPECT_EQ(enc.estimate_length(missing), -1);
+}

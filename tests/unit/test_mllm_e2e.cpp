@@ -4,6 +4,7 @@
 // workers and across a kill and resume. `mm data` subcommands on the same data.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -155,6 +156,18 @@ TEST(MllmE2E, LossesAreIdenticalForAnyWorkerCountAndAcrossResume) {
   auto l = mm::test::metrics_losses(resumed + "/metrics.jsonl");
   ASSERT_EQ(l.size(), 12u);
   for (int64_t it = 1; it <= 12; ++it) EXPECT_EQ(l[it], by_workers[1][it]) << "iteration " << it;
+}
+
+TEST(MllmE2E, PackedLengthGroupedTrainingRuns) {
+  const std::string dir = mm::test::fresh_dir("mllm_grouped");
+  const std::string data = make_dataset(dir, 24, {});
+  const std::string cfg = config(dir, data, 4);
+  auto r = run_command(mm::test::mm_binary() + " train " + cfg + " data.collator=packed data.group_by_length=true "
+                       "training.metrics_file=" + dir + "/m.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto l = mm::test::metrics_losses(dir + "/m.jsonl");
+  ASSERT_EQ(l.size(), 4u);
+  for (auto& [it, loss] : l) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << it;
 }
 
 TEST(MllmE2E, DataCommands) {
