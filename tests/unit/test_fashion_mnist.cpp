@@ -119,7 +119,7 @@ TEST(FashionMnist, SubsetCountsLabelsAndJsonl) {
   std::map<int, int> histogram;
   for (size_t i = 0; i < train.size(); ++i) {
     auto j = nlohmann::json::parse(train[i]);
-    char idx[8];
+    char idx[24];
     std::snprintf(idx, sizeof(idx), "%05zu", i);
     EXPECT_EQ(j["id"], std::string("train-") + idx);
     ASSERT_EQ(j["messages"].size(), 2u);
