@@ -19,6 +19,31 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& position_ids, c
   return {emb.cos(), emb.sin()};
 }
 
+std::pair<at::Tensor, at::Tensor> mrope_cos_sin(const at::Tensor& position_ids, const at::Tensor& inv_freq,
+                                                const std::vector<int64_t>& mrope_section) {
+  MM_CHECK(position_ids.dim() == 3 && position_ids.size(0) == 3, "rope: M-RoPE position_ids must be [3, batch, seq] (got ",
+           position_ids.sizes(), ")");
+  int64_t total = 0;
+  for (int64_t s : mrope_section) {
+    MM_CHECK(s > 0, "rope: mrope_section entries must be > 0");
+    total += s;
+  }
+  MM_CHECK(total == inv_freq.numel(), "rope: mrope_section sums to ", total, " but head_dim / 2 is ", inv_freq.numel());
+  std::pair<at::Tensor, at::Tensor> axis[3];
+  for (int a = 0; a < 3; ++a) axis[a] = rope_cos_sin(position_ids[a], inv_freq);  // [B, 1, S, D] each
+  std::vector<at::Tensor> cos_parts, sin_parts;
+  int64_t offset = 0;
+  const size_t n = mrope_section.size();
+  for (size_t i = 0; i < 2 * n; ++i) {  // the sections of both halves: mrope_section * 2
+    const int64_t len = mrope_section[i % n];
+    const int a = static_cast<int>(i % 3);
+    cos_parts.push_back(axis[a].first.narrow(-1, offset, len));
+    sin_parts.push_back(axis[a].second.narrow(-1, offset, len));
+    offset += len;
+  }
+  return {at::cat(cos_parts, -1), at::cat(sin_parts, -1)};
+}
+
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);

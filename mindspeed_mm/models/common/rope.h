@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <utility>
+#include <vector>
 
 namespace mm::models {
 
@@ -18,6 +19,14 @@ at::Tensor rope_inv_freq(int64_t head_dim, double theta, at::ScalarType dtype = 
 // position_ids [B, S] (or [S]) int64 -> cos, sin [B, 1, S, head_dim] in inv_freq's dtype,
 // broadcastable against q/k laid out [B, heads, S, head_dim].
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& position_ids, const at::Tensor& inv_freq);
+
+// M-RoPE (Qwen2-VL's multimodal rotary embedding): position_ids [3, B, S] hold the (t, h, w)
+// position of every token; the D/2 rotary frequencies are cut into consecutive sections
+// mrope_section (e.g. [16, 24, 24] for head_dim 128, summing to D/2), the same cut applied to
+// both halves of the table, and section i takes its angle from axis i % 3. Returns cos, sin
+// [B, 1, S, D]; with equal t, h and w positions they equal rope_cos_sin's exactly.
+std::pair<at::Tensor, at::Tensor> mrope_cos_sin(const at::Tensor& position_ids, const at::Tensor& inv_freq,
+                                                const std::vector<int64_t>& mrope_section);
 
 at::Tensor rotate_half(const at::Tensor& x);
 
