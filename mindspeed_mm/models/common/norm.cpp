@@ -15,4 +15,11 @@ at::Tensor RMSNorm::forward(const at::Tensor& x) const {
   return weight * h.to(in_dtype);
 }
 
+LayerNorm::LayerNorm(int64_t d, double e, at::ScalarType dtype) : dim(d), eps(e) {
+  weight = register_parameter("weight", at::ones({d}, at::TensorOptions().dtype(dtype)));
+  bias = register_parameter("bias", at::zeros({d}, at::TensorOptions().dtype(dtype)));
+}
+
+at::Tensor LayerNorm::forward(const at::Tensor& x) const { return at::layer_norm(x, {dim}, weight, bias, eps); }
+
 }  // namespace mm::models

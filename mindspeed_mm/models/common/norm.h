@@ -1,4 +1,5 @@
 // RMSNorm as in HF Qwen2RMSNorm / LlamaRMSNorm: y = w * (x / sqrt(mean(x^2) + eps)).
+// LayerNorm as torch.nn.LayerNorm: y = w * (x - mean) / sqrt(var + eps) + b (vision towers).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,6 +19,17 @@ class RMSNorm : public mm::nn::Module {
   int64_t dim;
   double eps;
   at::Tensor weight;
+};
+
+class LayerNorm : public mm::nn::Module {
+ public:
+  LayerNorm(int64_t dim, double eps, at::ScalarType dtype = at::kFloat);
+  at::Tensor forward(const at::Tensor& x) const;
+  std::string type_name() const override { return "LayerNorm"; }
+
+  int64_t dim;
+  double eps;
+  at::Tensor weight, bias;
 };
 
 }  // namespace mm::models

@@ -1,0 +1,181 @@
+// Qwen2-VL vision tower: patch embedding, 2-D rotary, per-frame attention, patch merger.
+#include "mindspeed_mm/models/qwen2vl/vision.h"
+
+#include <tuple>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/models/common/rope.h"
+
+namespace mm::models {
+
+Qwen2VLVisionConfig Qwen2VLVisionConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  Qwen2VLVisionConfig c;
+  if (j.is_null()) return c;
+  if (!j.is_object()) throw ConfigError(cat("config: vision_config must be an object in ", source));
+  auto integer = [&](const char* k, int64_t& out) {
+    if (!j.contains(k) || j.at(k).is_null()) return;
+    if (!j.at(k).is_number_integer()) throw ConfigError(cat("config: vision_config.", k, " must be an integer in ", source));
+    out = j.at(k).get<int64_t>();
+    if (out <= 0) throw ConfigError(cat("config: vision_config.", k, " must be > 0 (got ", out, ") in ", source));
+  };
+  integer("depth", c.depth);
+  integer("embed_dim", c.embed_dim);
+  integer("hidden_size", c.hidden_size);
+  integer("num_heads", c.num_heads);
+  integer("in_chans", c.in_channels);
+  integer("in_channels", c.in_channels);
+  integer("patch_size", c.patch_size);
+  integer("spatial_merge_size", c.spatial_merge_size);
+  integer("temporal_patch_size", c.temporal_patch_size);
+  if (j.contains("mlp_ratio") && !j.at("mlp_ratio").is_null()) {
+    if (!j.at("mlp_ratio").is_number()) throw ConfigError(cat("config: vision_config.mlp_ratio must be a number in ", source));
+    c.mlp_ratio = j.at("mlp_ratio").get<double>();
+  }
+  if (j.contains("hidden_act") && j.at("hidden_act").is_string()) c.hidden_act = j.at("hidden_act").get<std::string>();
+  activation_from_name(c.hidden_act, source);
+  if (c.embed_dim % c.num_heads != 0 || c.head_dim() % 4 != 0)
+    throw ConfigError(cat("config: vision_config.embed_dim (", c.embed_dim, ") / num_heads (", c.num_heads,
+                          ") must be a multiple of 4 for the 2-D rotary embedding in ", source));
+  return c;
+}
+
+nlohmann::json Qwen2VLVisionConfig::to_json() const {
+  return {{"depth", depth},           {"embed_dim", embed_dim},   {"hidden_size", hidden_size},
+          {"hidden_act", hidden_act}, {"mlp_ratio", mlp_ratio},   {"num_heads", num_heads},
+          {"in_chans", in_channels},  {"patch_size", patch_size}, {"spatial_merge_size", spatial_merge_size},
+          {"temporal_patch_size", temporal_patch_size}};
+}
+
+int64_t Qwen2VLVisionConfig::num_parameters() const {
+  const int64_t E = embed_dim, H = mlp_hidden(), W = embed_dim * spatial_merge_size * spatial_merge_size;
+  const int64_t block = (E * 3 * E + 3 * E)  // qkv
+                        + (E * E + E)        // proj
+                        + (E * H + H)        // fc1
+                        + (H * E + E)        // fc2
+                        + 4 * E;             // norm1, norm2
+  const int64_t merger = 2 * E + (W * W + W) + (W * hidden_size + hidden_size);
+  return E * patch_dim() + depth * block + merger;
+}
+
+Qwen2VLVisionAttention::Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype)
+    : num_heads(c.num_heads), head_dim(c.head_dim()) {
+  qkv = register_module("qkv", std::make_shared<Linear>(c.embed_dim, 3 * c.embed_dim, true, dtype));
+  proj = register_module("proj", std::make_shared<Linear>(c.embed_dim, c.embed_dim, true, dtype));
+}
+
+at::Tensor Qwen2VLVisionAttention::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const {
+  const int64_t N = x.size(0);
+  // [N, 3 * heads * D] -> q, k, v [1, heads, N, D]
+  at::Tensor qkv_out = qkv->forward(x).view({N, 3, num_heads, head_dim}).permute({1, 2, 0, 3});
+  at::Tensor q = qkv_out[0].unsqueeze(0), k = qkv_out[1].unsqueeze(0), v = qkv_out[2].unsqueeze(0);
+  // HF rotates in fp32 and casts back (apply_rotary_pos_emb_vision).
+  const auto dtype = q.scalar_type();
+  std::tie(q, k) = apply_rope(q.to(at::kFloat), k.to(at::kFloat), ctx.cos, ctx.sin);
+  at::Tensor o = scaled_dot_product_attention(q.to(dtype), k.to(dtype), v, ctx.attn_mask, /*causal=*/false);
+  return proj->forward(o.squeeze(0).transpose(0, 1).reshape({N, num_heads * head_dim}));
+}
+
+Qwen2VLVisionBlock::Qwen2VLVisionBlock(const Qwen2VLVisionConfig& c, at::ScalarType dtype) {
+  norm1 = register_module("norm1", std::make_shared<LayerNorm>(c.embed_dim, 1e-6, dtype));
+  norm2 = register_module("norm2", std::make_shared<LayerNorm>(c.embed_dim, 1e-6, dtype));
+  attn = register_module("attn", std::make_shared<Qwen2VLVisionAttention>(c, dtype));
+  mlp = register_module("mlp", std::make_shared<FcMLP>(c.embed_dim, c.mlp_hidden(),
+                                                       activation_from_name(c.hidden_act, "vision_config"), dtype));
+}
+
+at::Tensor Qwen2VLVisionBlock::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) {
+  at::Tensor h = x + attn->forward(norm1->forward(x), ctx);
+  return h + mlp->forward(norm2->forward(h));
+}
+
+Qwen2VLPatchMerger::Qwen2VLPatchMerger(int64_t out_dim, int64_t context_dim, int64_t merge, at::ScalarType dtype)
+    : window_dim(context_dim * merge * merge) {
+  ln_q = register_module("ln_q", std::make_shared<LayerNorm>(context_dim, 1e-6, dtype));
+  auto seq = register_module("mlp", std::make_shared<mm::nn::Module>());
+  fc_in = seq->register_module("0", std::make_shared<Linear>(window_dim, window_dim, true, dtype));
+  fc_out = seq->register_module("2", std::make_shared<Linear>(window_dim, out_dim, true, dtype));
+}
+
+at::Tensor Qwen2VLPatchMerger::forward(const at::Tensor& x) const {
+  at::Tensor windows = ln_q->forward(x).reshape({-1, window_dim});
+  return fc_out->forward(at::gelu(fc_in->forward(windows)));
+}
+
+Qwen2VisionTransformer::Qwen2VisionTransformer(const Qwen2VLVisionConfig& c, at::ScalarType dtype) : config(c) {
+  auto patch_embed = register_module("patch_embed", std::make_shared<mm::nn::Module>());
+  auto proj = patch_embed->register_module("proj", std::make_shared<mm::nn::Module>());
+  patch_embed_weight = proj->register_parameter(
+      "weight", at::zeros({c.embed_dim, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size},
+                          at::TensorOptions().dtype(dtype)));
+  auto list = register_module("blocks", std::make_shared<mm::nn::Module>());
+  for (int64_t i = 0; i < c.depth; ++i)
+    blocks.push_back(list->register_module(std::to_string(i), std::make_shared<Qwen2VLVisionBlock>(c, dtype)));
+  merger = register_module("merger", std::make_shared<Qwen2VLPatchMerger>(c.hidden_size, c.embed_dim,
+                                                                          c.spatial_merge_size, dtype));
+}
+
+at::Tensor Qwen2VisionTransformer::rotary_angles(const at::Tensor& grid_thw) const {
+  // Patch (row, column) in the processor's merge-window order: windows of m x m patches row by
+  // row, patches row by row inside a window; repeated for every temporal patch.
+  const int64_t m = config.spatial_merge_size;
+  std::vector<int64_t> rows, cols;
+  int64_t max_side = 1;
+  auto g = grid_thw.to(at::kLong).contiguous();
+  const int64_t* p = g.data_ptr<int64_t>();
+  for (int64_t i = 0; i < g.size(0); ++i) {
+    const int64_t t = p[3 * i], h = p[3 * i + 1], w = p[3 * i + 2];
+    max_side = std::max({max_side, h, w});
+    for (int64_t f = 0; f < t; ++f)
+      for (int64_t wy = 0; wy < h / m; ++wy)
+        for (int64_t wx = 0; wx < w / m; ++wx)
+          for (int64_t y = 0; y < m; ++y)
+            for (int64_t x = 0; x < m; ++x) {
+              rows.push_back(wy * m + y);
+              cols.push_back(wx * m + x);
+            }
+  }
+  at::Tensor inv = rope_inv_freq(config.head_dim() / 2, 10000.0);                 // [head_dim / 4]
+  at::Tensor r = at::tensor(rows, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  at::Tensor c = at::tensor(cols, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  return at::cat({r, c}, 1);  // [N, head_dim / 2]
+}
+
+at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
+  MM_CHECK(pixel_values.dim() == 2 && pixel_values.size(1) == config.patch_dim(), "qwen2vl vision: pixel_values must be [N, ",
+           config.patch_dim(), "] (got ", pixel_values.sizes(), ")");
+  MM_CHECK(grid_thw.dim() == 2 && grid_thw.size(1) == 3, "qwen2vl vision: grid_thw must be [images, 3] (got ",
+           grid_thw.sizes(), ")");
+  at::Tensor g = grid_thw.to(at::kLong).contiguous();
+  const int64_t m = config.spatial_merge_size;
+  // One attention segment per temporal patch of each image or video.
+  std::vector<int64_t> segment;
+  segment.reserve(static_cast<size_t>(pixel_values.size(0)));
+  int64_t seg = 0;
+  for (int64_t i = 0; i < g.size(0); ++i) {
+    const int64_t t = g[i][0].item<int64_t>(), h = g[i][1].item<int64_t>(), w = g[i][2].item<int64_t>();
+    MM_CHECK(t > 0 && h % m == 0 && w % m == 0 && h > 0 && w > 0, "qwen2vl vision: grid ", i, " (", t, ", ", h, ", ", w,
+             ") must be positive with h and w multiples of ", m);
+    for (int64_t f = 0; f < t; ++f, ++seg) segment.insert(segment.end(), static_cast<size_t>(h * w), seg);
+  }
+  MM_CHECK(static_cast<int64_t>(segment.size()) == pixel_values.size(0), "qwen2vl vision: the grids cover ",
+           segment.size(), " patches but pixel_values has ", pixel_values.size(0));
+
+  const auto dtype = patch_embed_weight.scalar_type();
+  // Conv3d with kernel = stride over one patch each: a matmul with the flattened kernel.
+  at::Tensor h = at::matmul(pixel_values.to(dtype), patch_embed_weight.reshape({config.embed_dim, -1}).t());
+  at::Tensor angles = rotary_angles(g);
+  at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(0).unsqueeze(0);  // [1, 1, N, head_dim]
+  mm::nn::ForwardContext ctx;
+  ctx.cos = emb.cos();
+  ctx.sin = emb.sin();
+  ctx.attn_mask = segment_attention_mask(at::tensor(segment, at::kLong).unsqueeze(0));
+  ctx.causal = false;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ctx.layer_index = static_cast<int64_t>(i);
+    h = blocks[i]->call(h, ctx);
+  }
+  return merger->forward(h);
+}
+
+}  // namespace mm::models
