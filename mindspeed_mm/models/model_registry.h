@@ -15,6 +15,16 @@
 
 namespace mm::models {
 
+// A batch as a model sees it: the token inputs of forward() plus what a vision-language model
+// also needs. Vision fields are undefined when a batch has no images or videos.
+struct MultimodalInputs {
+  at::Tensor input_ids, position_ids, attn_mask;  // as forward()
+  at::Tensor attention_mask;                      // int64 [B, S], 1 = real token (undefined: all)
+  at::Tensor segment_ids;                         // packed rows: the sample of each token, -1 = padding
+  at::Tensor pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw;
+  std::vector<double> video_second_per_grid;
+};
+
 // What training, checkpointing and FLOPs accounting need from a decoder-only LM.
 class CausalLM : public mm::nn::Module {
  public:
@@ -32,6 +42,12 @@ class CausalLM : public mm::nn::Module {
   // The repeated blocks (decoder layers) in order: the units plans wrap and shard.
   virtual std::vector<std::shared_ptr<mm::nn::Block>> blocks() = 0;
   virtual int64_t vocab_size() const = 0;
+  // Whether forward_multimodal uses the vision fields (a text model ignores them).
+  virtual bool has_vision() const { return false; }
+  // Logits of a (possibly multimodal) batch; text models run forward() on the token fields.
+  virtual at::Tensor forward_multimodal(const MultimodalInputs& in) {
+    return forward(in.input_ids, in.position_ids, in.attn_mask);
+  }
 };
 
 // strict: true for configs written in our YAML (unknown keys are errors), false for HF

@@ -85,8 +85,18 @@ std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int6
 }
 
 at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) {
-  at::Tensor mask = b.segment_ids.defined() ? models::segment_attention_mask(b.segment_ids) : at::Tensor();
-  return model.forward(b.input_ids, b.position_ids, mask);
+  models::MultimodalInputs in;
+  in.input_ids = b.input_ids;
+  in.position_ids = b.position_ids;
+  in.attn_mask = b.segment_ids.defined() ? models::segment_attention_mask(b.segment_ids) : at::Tensor();
+  in.attention_mask = b.attention_mask;
+  in.segment_ids = b.segment_ids;
+  in.pixel_values = b.pixel_values;
+  in.image_grid_thw = b.image_grid_thw;
+  in.pixel_values_videos = b.pixel_values_videos;
+  in.video_grid_thw = b.video_grid_thw;
+  in.video_second_per_grid = b.video_second_per_grid;
+  return model.forward_multimodal(in);
 }
 
 double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16) {
@@ -219,7 +229,7 @@ TrainSummary train(const config::Config& cfg) {
     // token count, so the gradient is the same for any split into micro-batches.
     double loss_sum = 0;
     for (auto& b : micro) {
-      if (!warned_vision && (b.pixel_values.defined() || b.pixel_values_videos.defined())) {
+      if (!warned_vision && !model->has_vision() && (b.pixel_values.defined() || b.pixel_values_videos.defined())) {
         log::warn("model ", cfg.model.id, " has no vision tower: the batches' images and videos are not used, their ",
                   "pad tokens train as ordinary tokens");
         warned_vision = true;

@@ -170,6 +170,32 @@ TEST(MllmE2E, PackedLengthGroupedTrainingRuns) {
   for (auto& [it, loss] : l) EXPECT_TRUE(std::isfinite(loss) && loss > 0) << it;
 }
 
+TEST(MllmE2E, Qwen2VLTrainsOnImagesAndVideos) {
+  const std::string dir = mm::test::fresh_dir("mllm_qwen2vl");
+  const std::string data = make_dataset(dir, 24, {});
+  std::string cfg = mm::test::read_file(config(dir, data, 8));
+  // The tiny Qwen2-VL: the byte chat tokenizer's vision ids, a one-block vision tower.
+  const std::string vl =
+      "model:\n  id: qwen2_vl\n  config:\n    hidden_size: 32\n    intermediate_size: 64\n    num_hidden_layers: 2\n"
+      "    num_attention_heads: 4\n    num_key_value_heads: 2\n"
+      "    rope_scaling: {type: mrope, mrope_section: [1, 1, 2]}\n"
+      "    image_token_id: 261\n    video_token_id: 262\n    vision_start_token_id: 259\n    vision_end_token_id: 260\n"
+      "    vision_config: {depth: 1, embed_dim: 16, num_heads: 2, mlp_ratio: 2}\n";
+  const size_t a = cfg.find("model:"), b = cfg.find("training:");
+  cfg = cfg.substr(0, a) + vl + cfg.substr(b);
+  mm::test::write_file(dir + "/vl.yaml", cfg);
+  for (const char* collator : {"padded", "packed"}) {
+    const std::string metrics = dir + "/" + collator + ".jsonl";
+    auto r = run_command(mm::test::mm_binary() + " train " + dir + "/vl.yaml data.collator=" + collator +
+                         " training.metrics_file=" + metrics);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("has no vision tower"), std::string::npos) << r.output;
+    auto l = mm::test::metrics_losses(metrics);
+    ASSERT_EQ(l.size(), 8u);
+    EXPECT_LT(l[8], l[1]) << collator;
+  }
+}
+
 TEST(MllmE2E, DataCommands) {
   const std::string dir = mm::test::fresh_dir("mllm_cli");
   const std::string data = make_dataset(dir, 20, {{3, "img-garbage"}, {9, "json"}});

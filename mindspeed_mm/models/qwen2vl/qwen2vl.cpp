@@ -1,0 +1,159 @@
+// Qwen2-VL: config, vision features into the token embeddings, M-RoPE decoder.
+#include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/models/common/rope.h"
+
+namespace mm::models {
+
+using nlohmann::json;
+
+Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source, bool strict) {
+  if (!j.is_object()) throw ConfigError(cat("config: a qwen2_vl model config must be an object in ", source));
+  json text = j;
+  Qwen2VLConfig c;
+  auto take_int = [&](const char* k, int64_t& out) {
+    if (!text.contains(k)) return;
+    if (!text.at(k).is_number_integer()) throw ConfigError(cat("config: ", k, " must be an integer in ", source));
+    out = text.at(k).get<int64_t>();
+    text.erase(k);
+  };
+  take_int("image_token_id", c.rope_index.image_token_id);
+  take_int("video_token_id", c.rope_index.video_token_id);
+  take_int("vision_start_token_id", c.rope_index.vision_start_token_id);
+  take_int("vision_end_token_id", c.vision_end_token_id);
+  json vision = text.contains("vision_config") ? text.at("vision_config") : json(nullptr);
+  json rope = text.contains("rope_scaling") ? text.at("rope_scaling") : json(nullptr);
+  text.erase("vision_config");
+  text.erase("rope_scaling");
+  c.text = Qwen2Config::from_json(text, source, strict);
+  c.vision = Qwen2VLVisionConfig::from_json(vision, source);
+  // The merger maps into the language model's width.
+  if (!vision.is_object() || !vision.contains("hidden_size")) c.vision.hidden_size = c.text.hidden_size;
+  if (c.vision.hidden_size != c.text.hidden_size)
+    throw ConfigError(cat("config: vision_config.hidden_size (", c.vision.hidden_size, ") must equal hidden_size (",
+                          c.text.hidden_size, ") in ", source));
+  c.rope_index.spatial_merge_size = c.vision.spatial_merge_size;
+  if (rope.is_object() && rope.contains("mrope_section")) {
+    c.mrope_section.clear();
+    for (auto& v : rope.at("mrope_section")) {
+      if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+        throw ConfigError(cat("config: rope_scaling.mrope_section must hold positive integers in ", source));
+      c.mrope_section.push_back(v.get<int64_t>());
+    }
+  } else if (!rope.is_null()) {
+    throw ConfigError(cat("config: rope_scaling must be {\"type\": \"mrope\", \"mrope_section\": [t, h, w]} in ", source));
+  }
+  int64_t sum = 0;
+  for (int64_t s : c.mrope_section) sum += s;
+  if (c.mrope_section.size() != 3 || sum * 2 != c.text.head_dim())
+    throw ConfigError(cat("config: rope_scaling.mrope_section must be 3 numbers summing to head_dim / 2 = ",
+                          c.text.head_dim() / 2, " (the default [16, 24, 24] fits head_dim 128) in ", source));
+  return c;
+}
+
+json Qwen2VLConfig::to_json() const {
+  json j = text.to_json();
+  j["architectures"] = json::array({"Qwen2VLForConditionalGeneration"});
+  j["model_type"] = "qwen2_vl";
+  j["vision_config"] = vision.to_json();
+  j["image_token_id"] = rope_index.image_token_id;
+  j["video_token_id"] = rope_index.video_token_id;
+  j["vision_start_token_id"] = rope_index.vision_start_token_id;
+  j["vision_end_token_id"] = vision_end_token_id;
+  j["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", mrope_section}};
+  return j;
+}
+
+Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLConfig& c, at::ScalarType dtype)
+    : Qwen2ForCausalLM(c.text, dtype), vl_config(c) {
+  visual = register_module("visual", std::make_shared<Qwen2VisionTransformer>(c.vision, dtype));
+}
+
+void Qwen2VLForConditionalGeneration::init_weights(uint64_t seed) {
+  Qwen2ForCausalLM::init_weights(seed);  // every Linear and Embedding, the vision tower's too
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5EEDull);
+  at::NoGradGuard no_grad;
+  at::Tensor& w = visual->patch_embed_weight;
+  w.copy_(at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, config.initializer_range, gen));
+}
+
+at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInputs& in) const {
+  const RopeIndexConfig& rc = vl_config.rope_index;
+  if (!in.segment_ids.defined())
+    return get_rope_index(in.input_ids, in.image_grid_thw, in.video_grid_thw, in.attention_mask, rc,
+                          in.video_second_per_grid)
+        .position_ids;
+  // Packed rows: each sample from its own position 0, taking the next grids in order.
+  const int64_t B = in.input_ids.size(0), S = in.input_ids.size(1);
+  at::Tensor out = at::zeros({3, B, S}, at::kLong);
+  at::Tensor ids = in.input_ids.contiguous(), seg = in.segment_ids.contiguous();
+  int64_t next_image = 0, next_video = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t* s = seg[b].data_ptr<int64_t>();
+    const int64_t* t = ids[b].data_ptr<int64_t>();
+    for (int64_t a = 0; a < S;) {
+      int64_t e = a;
+      while (e < S && s[e] == s[a]) ++e;
+      if (s[a] >= 0) {
+        int64_t images = 0, videos = 0;
+        for (int64_t i = a; i + 1 < e; ++i)
+          if (t[i] == rc.vision_start_token_id) {
+            images += t[i + 1] == rc.image_token_id;
+            videos += t[i + 1] == rc.video_token_id;
+          }
+        at::Tensor ig = images ? in.image_grid_thw.narrow(0, next_image, images) : at::Tensor();
+        at::Tensor vg = videos ? in.video_grid_thw.narrow(0, next_video, videos) : at::Tensor();
+        std::vector<double> spg;
+        for (int64_t v = 0; v < videos; ++v)
+          if (next_video + v < static_cast<int64_t>(in.video_second_per_grid.size()))
+            spg.push_back(in.video_second_per_grid[next_video + v]);
+        RopeIndex r = get_rope_index(in.input_ids.narrow(0, b, 1).narrow(1, a, e - a), ig, vg, {}, rc, spg);
+        out.narrow(1, b, 1).narrow(2, a, e - a).copy_(r.position_ids);
+        next_image += images;
+        next_video += videos;
+      }
+      a = e;
+    }
+  }
+  return out;
+}
+
+at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalInputs& in) {
+  MM_CHECK(in.input_ids.dim() == 2, "qwen2_vl: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
+  at::Tensor h = model->embed_tokens->forward(in.input_ids);
+  auto place = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, const char* what) {
+    if (!pixels.defined()) return;
+    MM_CHECK(grid.defined(), "qwen2_vl: ", what, " pixels come without their grid_thw");
+    at::Tensor features = visual->forward(pixels, grid).to(h.scalar_type());
+    at::Tensor mask = in.input_ids.eq(token);
+    const int64_t pads = mask.sum().item<int64_t>();
+    MM_CHECK(pads == features.size(0), "qwen2_vl: ", pads, " ", what, " pad tokens but the vision tower gave ",
+             features.size(0), " features");
+    h = h.masked_scatter(mask.unsqueeze(-1), features);
+  };
+  place(in.pixel_values, in.image_grid_thw, vl_config.rope_index.image_token_id, "image");
+  place(in.pixel_values_videos, in.video_grid_thw, vl_config.rope_index.video_token_id, "video");
+
+  at::Tensor pos = mrope_positions(in).to(in.input_ids.device());
+  const auto table_dtype = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor inv = rope_inv_freq(config.head_dim(), config.rope_theta, table_dtype, h.device());
+  auto [cos, sin] = mrope_cos_sin(pos, inv, vl_config.mrope_section);
+  mm::nn::ForwardContext ctx;
+  ctx.cos = cos.to(h.scalar_type());
+  ctx.sin = sin.to(h.scalar_type());
+  ctx.causal = true;
+  ctx.attn_mask = in.attn_mask;
+  return logits(model->forward(h, ctx));
+}
+
+namespace {
+const mm::Registrar kRegisterQwen2VL(model_registry(), "qwen2_vl", [](const json& hf, const std::string& source, bool strict) {
+  return std::static_pointer_cast<CausalLM>(
+      std::make_shared<Qwen2VLForConditionalGeneration>(Qwen2VLConfig::from_json(hf, source, strict)));
+});
+}  // namespace
+
+}  // namespace mm::models

@@ -1,0 +1,53 @@
+// Qwen2-VL (HF Qwen2VLForConditionalGeneration): the Qwen2 decoder with M-RoPE, fed by the
+// vision tower. Parameter names as in the original checkpoints:
+//   visual.*                                    the vision tower (vision.h)
+//   model.embed_tokens / model.layers.N.* / model.norm / lm_head   the language model (qwen2.h)
+// Forward: token embeddings; the embedding of every <|image_pad|> / <|video_pad|> token is
+// replaced, in order, by the vision tower's merged features of the batch's images / videos; the
+// M-RoPE (t, h, w) positions of get_rope_index (per packed sample when rows are packed) pick the
+// rotary angles of each mrope_section; then the decoder and the head.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "mindspeed_mm/models/qwen2/qwen2.h"
+#include "mindspeed_mm/models/qwen2vl/rope_index.h"
+#include "mindspeed_mm/models/qwen2vl/vision.h"
+
+namespace mm::models {
+
+// config.json of a Qwen2-VL model: the Qwen2 text fields at the top level, plus vision_config,
+// the vision token ids and rope_scaling {"type": "mrope", "mrope_section": [t, h, w]}.
+struct Qwen2VLConfig {
+  Qwen2Config text;
+  Qwen2VLVisionConfig vision;
+  RopeIndexConfig rope_index;  // token ids and spatial merge size for get_rope_index
+  int64_t vision_end_token_id = 151653;
+  std::vector<int64_t> mrope_section = {16, 24, 24};
+
+  static Qwen2VLConfig from_json(const nlohmann::json& j, const std::string& source, bool strict);
+  nlohmann::json to_json() const;
+};
+
+class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
+ public:
+  explicit Qwen2VLForConditionalGeneration(const Qwen2VLConfig& c, at::ScalarType dtype = at::kFloat);
+
+  at::Tensor forward_multimodal(const MultimodalInputs& in) override;
+  bool has_vision() const override { return true; }
+  // The language model as in Qwen2ForCausalLM; the vision tower N(0, initializer_range) for
+  // matrices and the patch embedding, zero biases, unit LayerNorms.
+  void init_weights(uint64_t seed) override;
+  nlohmann::json hf_config() const override { return vl_config.to_json(); }
+  std::string type_name() const override { return "Qwen2VLForConditionalGeneration"; }
+
+  // The (t, h, w) positions [3, B, S] of a batch: get_rope_index over each row, or over each
+  // packed sample (positions restart per sample, as when it runs alone).
+  at::Tensor mrope_positions(const MultimodalInputs& in) const;
+
+  Qwen2VLConfig vl_config;
+  std::shared_ptr<Qwen2VisionTransformer> visual;
+};
+
+}  // namespace mm::models

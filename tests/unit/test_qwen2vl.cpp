@@ -1,0 +1,137 @@
+// Qwen2-VL composition (mindspeed_mm/models/qwen2vl/qwen2vl.h): text-only logits equal the Qwen2
+// decoder's bit for bit (M-RoPE with equal t/h/w positions is 1-D RoPE); vision features enter
+// exactly at the pad tokens (tokens before an image do not change when its pixels do); packed
+// multimodal samples give the same per-sample losses as each sample alone; config round trip.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/data/media/image.h"
+#include "mindspeed_mm/data/mllm/mllm_collator.h"
+#include "mindspeed_mm/data/mllm/mllm_dataset.h"
+#include "mindspeed_mm/data/mllm/sample_encoder.h"
+#include "mindspeed_mm/data/tokenizer/byte_chat_tokenizer.h"
+#include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
+#include "run_command.h"
+
+using namespace mm::models;
+using nlohmann::json;
+
+namespace {
+
+// The byte chat tokenizer's ids: <|vision_start|> 259, <|vision_end|> 260, <|image_pad|> 261.
+json tiny_config() {
+  return json::parse(R"({
+    "vocab_size": 263, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},
+    "image_token_id": 261, "video_token_id": 262, "vision_start_token_id": 259, "vision_end_token_id": 260,
+    "vision_config": {"depth": 1, "embed_dim": 16, "num_heads": 2, "mlp_ratio": 2, "patch_size": 14}
+  })");
+}
+
+std::shared_ptr<Qwen2VLForConditionalGeneration> tiny_model() {
+  auto m = std::make_shared<Qwen2VLForConditionalGeneration>(Qwen2VLConfig::from_json(tiny_config(), "test", false));
+  m->init_weights(5);
+  return m;
+}
+
+}  // namespace
+
+TEST(Qwen2VL, TextOnlyLogitsEqualTheQwen2Decoder) {
+  auto vl = tiny_model();
+  Qwen2ForCausalLM lm(vl->vl_config.text);
+  at::NoGradGuard no_grad;
+  auto theirs = vl->named_parameters();
+  std::map<std::string, at::Tensor> by_name(theirs.begin(), theirs.end());
+  for (auto& [name, p] : lm.named_parameters()) p.copy_(by_name.at(name));
+  at::Tensor ids = at::randint(0, 256, {2, 11}, at::kLong);
+  MultimodalInputs in;
+  in.input_ids = ids;
+  EXPECT_TRUE(at::equal(vl->forward_multimodal(in), lm.forward(ids)));
+}
+
+TEST(Qwen2VL, VisionFeaturesReplaceThePadTokens) {
+  auto vl = tiny_model();
+  at::NoGradGuard no_grad;
+  // T T VS IMG x4 VE T T: grid (1, 4, 4) merges to 4 pads.
+  at::Tensor ids = at::tensor(std::vector<int64_t>{'a', 'b', 259, 261, 261, 261, 261, 260, 'c', 'd'}, at::kLong).unsqueeze(0);
+  MultimodalInputs in;
+  in.input_ids = ids;
+  in.image_grid_thw = at::tensor(std::vector<int64_t>{1, 4, 4}, at::kLong).view({1, 3});
+  in.pixel_values = at::randn({16, 3 * 2 * 14 * 14});
+  at::Tensor a = vl->forward_multimodal(in);
+  in.pixel_values = in.pixel_values + 0.5;
+  at::Tensor b = vl->forward_multimodal(in);
+  EXPECT_TRUE(at::equal(a.narrow(1, 0, 3), b.narrow(1, 0, 3)));  // causal: text before the image
+  EXPECT_FALSE(at::equal(a.narrow(1, 3, 7), b.narrow(1, 3, 7)));
+  in.image_grid_thw = at::tensor(std::vector<int64_t>{1, 2, 4}, at::kLong).view({1, 3});  // 2 features for 4 pads
+  in.pixel_values = at::randn({8, 3 * 2 * 14 * 14});
+  EXPECT_THROW(vl->forward_multimodal(in), mm::Error);
+}
+
+TEST(Qwen2VL, PackedSamplesLossEqualsEachAlone) {
+  namespace fs = std::filesystem;
+  const std::string dir = mm::test::fresh_dir("qwen2vl_packed");
+  std::string jsonl;
+  for (int i = 0; i < 3; ++i) {
+    mm::data::Image im(28 * (i + 1), 56);
+    for (size_t k = 0; k < im.rgb.size(); ++k) im.rgb[k] = static_cast<uint8_t>((k * (i + 3)) % 251);
+    mm::data::save_png(im, dir + "/" + std::to_string(i) + ".png");
+    jsonl += R"({"messages":[{"role":"user","content":"<image>What is it? )" + std::string(i, 'x') +
+             R"("},{"role":"assistant","content":"thing )" + std::to_string(i) + R"("}],"images":[")" +
+             std::to_string(i) + ".png\"]}\n";
+  }
+  std::ofstream(dir + "/d.jsonl") << jsonl;
+  auto records = mm::data::read_mllm_file(dir + "/d.jsonl").records;
+  ASSERT_EQ(records.size(), 3u);
+  mm::data::SampleEncoderOptions o;
+  o.media.image.min_pixels = 28 * 28;
+  o.media.image.max_pixels = 56 * 112;
+  mm::data::SampleEncoder enc(mm::data::byte_chat_tokenizer(), o);
+  std::vector<mm::data::EncodedSample> samples;
+  for (auto& r : records) samples.push_back(enc.encode(r));
+
+  auto vl = tiny_model();
+  at::NoGradGuard no_grad;
+  auto run = [&](const mm::data::Batch& b) {
+    MultimodalInputs in;
+    in.input_ids = b.input_ids;
+    in.segment_ids = b.segment_ids;
+    in.attn_mask = b.segment_ids.defined() ? segment_attention_mask(b.segment_ids) : at::Tensor();
+    in.pixel_values = b.pixel_values;
+    in.image_grid_thw = b.image_grid_thw;
+    return vl->forward_multimodal(in);
+  };
+  mm::data::Batch packed = mm::data::collate_samples(samples, {true, 8, enc.pad_id()});
+  at::Tensor lp = run(packed);
+  double max_diff = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    mm::data::Batch alone = mm::data::collate_samples({samples[i]}, {false, 1, enc.pad_id()});
+    const double ref = lm_cross_entropy(run(alone), alone.labels).item<double>();
+    const double got = lm_cross_entropy(lp, packed.labels.masked_fill(packed.segment_ids.ne(i), kIgnoreIndex)).item<double>();
+    EXPECT_NEAR(got, ref, 1e-5) << "sample " << i;
+    EXPECT_GT(ref, 1.0);
+    max_diff = std::max(max_diff, std::abs(got - ref));
+  }
+  std::printf("qwen2_vl packed vs alone: max |loss difference| %.3g\n", max_diff);
+}
+
+TEST(Qwen2VL, ConfigRoundTripAndErrors) {
+  Qwen2VLConfig c = Qwen2VLConfig::from_json(tiny_config(), "test", true);
+  EXPECT_EQ(c.vision.hidden_size, 32);  // the merger maps to the text width
+  Qwen2VLConfig back = Qwen2VLConfig::from_json(c.to_json(), "test", false);
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(c.to_json()["model_type"], "qwen2_vl");
+  json bad = tiny_config();
+  bad["rope_scaling"]["mrope_section"] = {1, 1, 1};
+  EXPECT_THROW(Qwen2VLConfig::from_json(bad, "test", false), mm::ConfigError);
+  bad = tiny_config();
+  bad["vision_config"]["hidden_size"] = 48;
+  EXPECT_THROW(Qwen2VLConfig::from_json(bad, "test", false), mm::ConfigError);
+  EXPECT_TRUE(model_registry().has("qwen2_vl"));
+}
