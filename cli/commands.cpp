@@ -118,7 +118,8 @@ void add_export_command(CLI::App& app) {
     nlohmann::json hf = checkpoint::read_hf_config(dir);
     std::string id = hf.value("model_type", "qwen2");
     auto model = models::model_registry().get(id, "config.json model_type")(hf, dir + "/config.json", false);
-    checkpoint::load_model_weights(*model, dir + "/model.safetensors");
+    checkpoint::load_model_weights(*model, dir + "/model.safetensors", {},
+                                   [&](const std::string& k) { return model->parameter_name(k); });
     checkpoint::export_hf_directory(export_args.out, model->hf_config(), *model,
                                     static_cast<uint64_t>(export_args.max_shard_gb * (1ull << 30)));
     std::printf("exported %s (%lld parameters) to %s\n", dir.c_str(), static_cast<long long>(model->num_parameters()),

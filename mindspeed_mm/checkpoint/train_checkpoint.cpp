@@ -101,24 +101,30 @@ std::string resolve_resume_dir(const std::string& resume, const std::string& sav
   return resume;
 }
 
-void load_model_weights(mm::nn::Module& model, const std::string& source, const std::vector<std::string>& ignorable) {
+void load_model_weights(mm::nn::Module& model, const std::string& source, const std::vector<std::string>& ignorable,
+                        const std::function<std::string(const std::string&)>& rename) {
   st::HFWeights weights(source);
-  std::set<std::string> ckpt_keys;
-  for (auto& k : weights.keys()) ckpt_keys.insert(k);
-  std::vector<std::string> missing, mismatched, unexpected;
+  std::map<std::string, std::string> by_model_name;  // model name -> checkpoint name
+  std::vector<std::string> unexpected;
+  for (auto& k : weights.keys()) {
+    const std::string name = rename ? rename(k) : k;
+    if (!by_model_name.emplace(name, k).second) unexpected.push_back(cat(k, " (a second ", name, ")"));
+  }
+  std::vector<std::string> missing, mismatched;
   auto params = model.named_parameters();
   for (auto& [name, p] : params) {
-    if (!ckpt_keys.count(name)) {
+    auto it = by_model_name.find(name);
+    if (it == by_model_name.end()) {
       missing.push_back(name);
       continue;
     }
-    ckpt_keys.erase(name);
-    auto info = weights.info(name);
+    auto info = weights.info(it->second);
     if (std::vector<int64_t>(p.sizes().begin(), p.sizes().end()) != info.shape)
-      mismatched.push_back(cat(name, " ", c10::IntArrayRef(info.shape), " vs model ", p.sizes()));
+      mismatched.push_back(cat(it->second, " ", c10::IntArrayRef(info.shape), " vs model ", p.sizes()));
+    by_model_name.erase(it);
   }
-  for (auto& k : ckpt_keys)
-    if (std::find(ignorable.begin(), ignorable.end(), k) == ignorable.end()) unexpected.push_back(k);
+  for (auto& [name, k] : by_model_name)
+    if (std::find(ignorable.begin(), ignorable.end(), name) == ignorable.end()) unexpected.push_back(k);
   auto first = [](const std::vector<std::string>& v) {
     std::string s;
     for (size_t i = 0; i < v.size() && i < 5; ++i) s += (i ? ", " : "") + v[i];
@@ -133,8 +139,10 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
     msg.pop_back();
     throw Error(msg);
   }
+  std::map<std::string, std::string> source_name;
+  for (auto& k : weights.keys()) source_name[rename ? rename(k) : k] = k;
   at::NoGradGuard no_grad;
-  for (auto& [name, p] : params) p.copy_(weights.get(name));
+  for (auto& [name, p] : params) p.copy_(weights.get(source_name.at(name)));
 }
 
 TrainState load_train_checkpoint(const std::string& dir, mm::nn::Module& model, training::Optimizer& optimizer) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
 
 #include "mindspeed_mm/core/module.h"
@@ -42,9 +43,12 @@ TrainState load_train_checkpoint(const std::string& dir, mm::nn::Module& model, 
 
 // Loads weights (an HF directory or a .safetensors file) into the model by name. Every model
 // parameter must be present with its exact shape; extra checkpoint tensors are an error too,
-// except `ignorable` ones. The message lists the first offenders.
+// except `ignorable` ones. The message lists the first offenders. `rename` maps a checkpoint
+// name to the model's (e.g. transformers' newer "model.language_model.*" to "model.*"); the
+// error names the checkpoint's own spelling.
 void load_model_weights(mm::nn::Module& model, const std::string& source,
-                        const std::vector<std::string>& ignorable = {});
+                        const std::vector<std::string>& ignorable = {},
+                        const std::function<std::string(const std::string&)>& rename = {});
 
 // Writes an HF model directory: config.json + model.safetensors (sharded past max_shard_bytes).
 void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config, const mm::nn::Module& model,

@@ -42,6 +42,9 @@ class CausalLM : public mm::nn::Module {
   // The repeated blocks (decoder layers) in order: the units plans wrap and shard.
   virtual std::vector<std::shared_ptr<mm::nn::Block>> blocks() = 0;
   virtual int64_t vocab_size() const = 0;
+  // A checkpoint's parameter name in this model's tree (for HF naming schemes other than the
+  // one the tree uses); identity by default.
+  virtual std::string parameter_name(const std::string& checkpoint_name) const { return checkpoint_name; }
   // Whether forward_multimodal uses the vision fields (a text model ignores them).
   virtual bool has_vision() const { return false; }
   // Logits of a (possibly multimodal) batch; text models run forward() on the token fields.

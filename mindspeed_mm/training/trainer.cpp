@@ -79,7 +79,8 @@ std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int6
   model->init_weights(seed);
   if (!m.pretrained.empty()) {
     // Tied checkpoints sometimes carry a copy of the embedding as lm_head.weight.
-    checkpoint::load_model_weights(*model, m.pretrained, {"lm_head.weight"});
+    checkpoint::load_model_weights(*model, m.pretrained, {"lm_head.weight"},
+                                   [&](const std::string& k) { return model->parameter_name(k); });
   }
   return model;
 }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "mindspeed_mm/checkpoint/hf_weights.h"
+#include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/media/image.h"
 #include "mindspeed_mm/data/mllm/mllm_collator.h"
@@ -134,4 +136,40 @@ TEST(Qwen2VL, ConfigRoundTripAndErrors) {
   bad["vision_config"]["hidden_size"] = 48;
   EXPECT_THROW(Qwen2VLConfig::from_json(bad, "test", false), mm::ConfigError);
   EXPECT_TRUE(model_registry().has("qwen2_vl"));
+}
+
+TEST(Qwen2VL, HFDirectoryRoundTripInBothNamings) {
+  auto vl = tiny_model();
+  at::NoGradGuard no_grad;
+  MultimodalInputs in;
+  in.input_ids = at::tensor(std::vector<int64_t>{'a', 259, 261, 261, 261, 261, 260, 'b'}, at::kLong).unsqueeze(0);
+  in.image_grid_thw = at::tensor(std::vector<int64_t>{1, 4, 4}, at::kLong).view({1, 3});
+  in.pixel_values = at::randn({16, 3 * 2 * 14 * 14});
+  at::Tensor ref = vl->forward_multimodal(in);
+  const std::string dir = mm::test::fresh_dir("qwen2vl_hf");
+  mm::checkpoint::export_hf_directory(dir + "/old", vl->hf_config(), *vl);
+  // The same weights under transformers' newer names.
+  std::vector<std::pair<std::string, at::Tensor>> renamed;
+  for (auto& [name, p] : vl->named_parameters()) {
+    std::string n = name.rfind("visual.", 0) == 0  ? "model." + name
+                    : name.rfind("model.", 0) == 0 ? "model.language_model." + name.substr(6)
+                                                    : name;
+    renamed.emplace_back(n, p);
+  }
+  mm::checkpoint::export_hf_directory(dir + "/new", vl->hf_config(), *vl);
+  mm::st::save_hf_weights(dir + "/new", renamed);
+  for (const char* sub : {"/old", "/new"}) {
+    json cfg = mm::checkpoint::read_hf_config(dir + sub);
+    auto back = model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir + sub, false);
+    mm::checkpoint::load_model_weights(*back, dir + sub, {}, [&](const std::string& k) { return back->parameter_name(k); });
+    EXPECT_TRUE(at::equal(back->forward_multimodal(in), ref)) << sub;
+  }
+  // A checkpoint that does not fit names its own spelling of the offenders.
+  auto other = std::make_shared<Qwen2ForCausalLM>(vl->vl_config.text);
+  try {
+    mm::checkpoint::load_model_weights(*other, dir + "/new");
+    FAIL() << "a Qwen2-VL checkpoint loaded into a text model";
+  } catch (const mm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.language_model."), std::string::npos) << e.what();
+  }
 }

@@ -80,6 +80,13 @@ void Qwen2VLForConditionalGeneration::init_weights(uint64_t seed) {
   w.copy_(at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, config.initializer_range, gen));
 }
 
+std::string Qwen2VLForConditionalGeneration::parameter_name(const std::string& name) const {
+  static const std::string kVisual = "model.visual.", kLanguage = "model.language_model.";
+  if (name.compare(0, kVisual.size(), kVisual) == 0) return "visual." + name.substr(kVisual.size());
+  if (name.compare(0, kLanguage.size(), kLanguage) == 0) return "model." + name.substr(kLanguage.size());
+  return name;
+}
+
 at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInputs& in) const {
   const RopeIndexConfig& rc = vl_config.rope_index;
   if (!in.segment_ids.defined())
