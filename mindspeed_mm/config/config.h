@@ -167,12 +167,14 @@ struct OptimizerConfig {
   double weight_decay = 0.1;
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
+  std::vector<std::string> lr_multipliers;  // "PATTERN=MULT", first match wins: ["visual.merger=10"]
   template <class IO> void io(IO& io) {
     io("id", id);
     io("lr", lr, gt(0));
     io("weight_decay", weight_decay, ge(0));
     io("betas", betas, in_range(0.0, 0.999999));
     io("eps", eps, gt(0));
+    io("lr_multipliers", lr_multipliers);
   }
 };
 

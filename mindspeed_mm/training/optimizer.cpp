@@ -2,7 +2,10 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include "mindspeed_mm/core/pattern.h"
 
 namespace mm::training {
 
@@ -95,18 +98,64 @@ Registrar adamw_registrar(optimizer_registry(), "adamw",
                           });
 }  // namespace
 
-std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, at::Tensor>>& named_params) {
-  ParamGroup decay, no_decay;
-  no_decay.weight_decay = false;
+std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, at::Tensor>>& named_params,
+                                             const std::vector<std::string>& lr_multipliers) {
+  std::vector<std::pair<PathPattern, double>> rules;
+  for (const auto& r : lr_multipliers) {
+    const size_t eq = r.rfind('=');
+    double mult = -1;
+    if (eq != std::string::npos && eq > 0) {
+      try {
+        size_t used = 0;
+        mult = std::stod(r.substr(eq + 1), &used);
+        if (used != r.size() - eq - 1) mult = -1;
+      } catch (const std::exception&) {
+        mult = -1;
+      }
+    }
+    if (!(mult >= 0))
+      throw ConfigError(cat("config: training.optimizer.lr_multipliers entry '", r,
+                            "' must be PATTERN=MULTIPLIER with a multiplier >= 0, e.g. visual.merger=10"));
+    rules.emplace_back(PathPattern(r.substr(0, eq)), mult);
+  }
+  std::vector<bool> used(rules.size(), false);
+  auto multiplier = [&](const std::string& name) {
+    std::vector<std::string> paths = {name};  // the parameter, then each module above it
+    for (size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0; dot = name.rfind('.', dot - 1))
+      paths.push_back(name.substr(0, dot));
+    for (size_t i = 0; i < rules.size(); ++i)
+      for (const auto& path : paths)
+        if (rules[i].first.matches(path)) {
+          used[i] = true;
+          return rules[i].second;
+        }
+    return 1.0;
+  };
+  std::vector<ParamGroup> out;
+  auto group_for = [&](double scale, bool decay) -> ParamGroup& {
+    for (auto& g : out)
+      if (g.lr_scale == scale && g.weight_decay == decay) return g;
+    out.push_back({});
+    out.back().lr_scale = scale;
+    out.back().weight_decay = decay;
+    return out.back();
+  };
+  // Groups in first-use order with the decay group of the default scale first, as before.
+  if (rules.empty()) {
+    group_for(1.0, true);
+    group_for(1.0, false);
+  }
   for (auto& [name, p] : named_params) {
     if (!p.requires_grad()) continue;
-    ParamGroup& g = p.dim() >= 2 ? decay : no_decay;
+    ParamGroup& g = group_for(multiplier(name), p.dim() >= 2);
     g.names.push_back(name);
     g.params.push_back(p);
   }
-  std::vector<ParamGroup> out;
-  if (!decay.params.empty()) out.push_back(decay);
-  if (!no_decay.params.empty()) out.push_back(no_decay);
+  for (size_t i = 0; i < rules.size(); ++i)
+    if (!used[i])
+      throw ConfigError(cat("config: training.optimizer.lr_multipliers pattern '", rules[i].first.str(),
+                            "' matches no trainable parameter"));
+  out.erase(std::remove_if(out.begin(), out.end(), [](const ParamGroup& g) { return g.params.empty(); }), out.end());
   return out;
 }
 

@@ -56,8 +56,13 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Pa
 Registry<OptimizerFactory>& optimizer_registry();
 
 // Splits trainable parameters into the usual two groups: weight decay for matrices, none for
-// biases, norms and other 1-D tensors.
-std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, at::Tensor>>& named_params);
+// biases, norms and other 1-D tensors; with lr_multipliers ("PATTERN=MULT", e.g.
+// "visual.merger=10": a module-path pattern, see core/pattern.h, matched against the parameter's
+// name and every module path above it; the first rule that matches wins), each (multiplier,
+// decay) pair gets its own group. ConfigError for a malformed rule, a multiplier < 0, or a
+// pattern that matches no trainable parameter.
+std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, at::Tensor>>& named_params,
+                                             const std::vector<std::string>& lr_multipliers = {});
 
 // Global L2 norm of all gradients (fp32 accumulation); scales them so the norm is <= max_norm
 // when max_norm > 0. Returns the norm before clipping.

@@ -166,7 +166,7 @@ TrainSummary train(const config::Config& cfg) {
             fmt(model->flops_per_token(seq_len) / 1e6, 2), " MFLOP per trained token");
 
   auto optimizer = optimizer_registry().get(tc.optimizer.id, "training.optimizer.id")(
-      default_param_groups(model->named_parameters()), tc.optimizer);
+      default_param_groups(model->named_parameters(), tc.optimizer.lr_multipliers), tc.optimizer);
   LRSchedule lr_at = make_lr_schedule(tc.lr_schedule, tc.optimizer.lr, tc.train_iters);
   std::vector<at::Tensor> trainable_params;
   for (auto& p : model->parameters())

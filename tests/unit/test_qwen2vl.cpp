@@ -18,6 +18,8 @@
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
+#include "mindspeed_mm/training/optimizer.h"
+#include "mindspeed_mm/training/plans.h"
 #include "run_command.h"
 
 using namespace mm::models;
@@ -172,4 +174,42 @@ TEST(Qwen2VL, HFDirectoryRoundTripInBothNamings) {
   } catch (const mm::Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.language_model."), std::string::npos) << e.what();
   }
+}
+
+TEST(Qwen2VL, FreezePlanAndLearningRateMultipliers) {
+  auto vl = tiny_model();
+  auto groups = mm::training::default_param_groups(vl->named_parameters(), {"visual.merger=10", "visual=0.5"});
+  int64_t merger = 0, tower = 0, lm = 0;
+  for (auto& g : groups)
+    for (size_t k = 0; k < g.names.size(); ++k) {
+      const std::string& n = g.names[k];
+      const double want = n.rfind("visual.merger.", 0) == 0 ? 10 : n.rfind("visual.", 0) == 0 ? 0.5 : 1.0;
+      EXPECT_EQ(g.lr_scale, want) << n;
+      EXPECT_EQ(g.weight_decay, g.params[k].dim() >= 2) << n;
+      (want == 10 ? merger : want == 0.5 ? tower : lm) += 1;
+    }
+  EXPECT_EQ(merger, 6);
+  EXPECT_GT(tower, 6);
+  EXPECT_GT(lm, 6);
+  EXPECT_THROW(mm::training::default_param_groups(vl->named_parameters(), {"visual"}), mm::ConfigError);
+  EXPECT_THROW(mm::training::default_param_groups(vl->named_parameters(), {"visual=-1"}), mm::ConfigError);
+  EXPECT_THROW(mm::training::default_param_groups(vl->named_parameters(), {"vision.merger=2"}), mm::ConfigError);
+
+  // A multiplier of 0 holds the tower still while the language model learns; freezing it takes
+  // it out of the optimizer altogether.
+  auto opt = mm::training::optimizer_registry().get("adamw", "optimizer")(
+      mm::training::default_param_groups(vl->named_parameters(), {"visual=0"}), mm::config::OptimizerConfig{});
+  at::Tensor tower_before = vl->visual->merger->fc_out->weight.clone(), lm_before = vl->model->norm->weight.clone();
+  MultimodalInputs in;
+  in.input_ids = at::tensor(std::vector<int64_t>{'a', 259, 261, 261, 261, 261, 260, 'b'}, at::kLong).unsqueeze(0);
+  in.image_grid_thw = at::tensor(std::vector<int64_t>{1, 4, 4}, at::kLong).view({1, 3});
+  in.pixel_values = at::randn({16, 3 * 2 * 14 * 14});
+  vl->forward_multimodal(in).pow(2).mean().backward();
+  EXPECT_TRUE(vl->visual->merger->fc_out->weight.grad().defined());
+  opt->step(1e-2);
+  EXPECT_TRUE(at::equal(vl->visual->merger->fc_out->weight, tower_before));
+  EXPECT_FALSE(at::equal(vl->model->norm->weight, lm_before));
+  EXPECT_GT(mm::training::apply_freeze_plan(*vl, {"visual"}), 0);
+  for (auto& g : mm::training::default_param_groups(vl->named_parameters()))
+    for (auto& n : g.names) EXPECT_NE(n.rfind("visual.", 0), 0u) << n;
 }
