@@ -110,6 +110,7 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
     const std::string name = rename ? rename(k) : k;
     if (!by_model_name.emplace(name, k).second) unexpected.push_back(cat(k, " (a second ", name, ")"));
   }
+  const std::map<std::string, std::string> source_name = by_model_name;
   std::vector<std::string> missing, mismatched;
   auto params = model.named_parameters();
   for (auto& [name, p] : params) {
@@ -139,8 +140,6 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
     msg.pop_back();
     throw Error(msg);
   }
-  std::map<std::string, std::string> source_name;
-  for (auto& k : weights.keys()) source_name[rename ? rename(k) : k] = k;
   at::NoGradGuard no_grad;
   for (auto& [name, p] : params) p.copy_(weights.get(source_name.at(name)));
 }

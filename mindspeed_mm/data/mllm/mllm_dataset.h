@@ -19,15 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/data/chat_template.h"
 
 namespace mm::data {
 
-struct MllmAttr {
-  std::string messages = "messages", images = "images", videos = "videos", system = "system";
-  std::string role_tag = "role", content_tag = "content";
-  std::string user_tag = "user", assistant_tag = "assistant", system_tag = "system";
-};
+// The field names and role tags (data.attr): one definition, the config's.
+using MllmAttr = config::DataAttrConfig;
 
 struct MllmRecord {
   std::vector<ChatMessage> messages;  // roles normalised to system/user/assistant

@@ -12,6 +12,5 @@ namespace mm::data {
 SampleEncoderOptions encoder_options(const config::DataConfig& c);
 // data.tokenizer: "byte" (byte_chat_tokenizer) or an HF tokenizer directory / tokenizer.json.
 PretrainedTokenizer mllm_tokenizer(const config::DataConfig& c);
-MllmAttr mllm_attr(const config::DataConfig& c);
 
 }  // namespace mm::data

@@ -53,21 +53,6 @@ PretrainedTokenizer mllm_tokenizer(const config::DataConfig& c) {
   return c.tokenizer == "byte" ? byte_chat_tokenizer() : load_pretrained_tokenizer(c.tokenizer);
 }
 
-MllmAttr mllm_attr(const config::DataConfig& c) {
-  const auto& a = c.attr;
-  MllmAttr m;
-  m.messages = a.messages;
-  m.images = a.images;
-  m.videos = a.videos;
-  m.system = a.system;
-  m.role_tag = a.role_tag;
-  m.content_tag = a.content_tag;
-  m.user_tag = a.user_tag;
-  m.assistant_tag = a.assistant_tag;
-  m.system_tag = a.system_tag;
-  return m;
-}
-
 namespace {
 
 // Logs the first few malformed records of a file and a count for the rest.
@@ -105,7 +90,7 @@ class MllmStream : public BatchStream {
 
 TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   auto encoder = std::make_shared<const SampleEncoder>(mllm_tokenizer(c), encoder_options(c));
-  const MllmAttr attr = mllm_attr(c);
+  const MllmAttr& attr = c.attr;
   const std::string collator_id = c.collator.empty() ? "padded" : c.collator;
   SampleCollator collate = collator_registry().get(collator_id, "data.collator")(c, encoder->pad_id());
 
