@@ -61,6 +61,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 
+struct KVCache;  // mindspeed_mm/models/common/kv_cache.h
+
 // What a block needs besides its input hidden states. Models fill the fields they use; copies
 // are cheap (tensors are reference counted) and a wrapper may keep one alive until backward.
 struct ForwardContext {
@@ -68,7 +70,7 @@ struct ForwardContext {
   at::Tensor attn_mask;       // optional additive or boolean mask [batch|1, 1, q, k]
   at::Tensor cu_seqlens;      // optional cumulative sequence lengths (packed / variable length)
   bool causal = true;
-  struct KVCache* kv_cache = nullptr;  // inference only; never recomputed
+  KVCache* kv_cache = nullptr;  // inference only; never recomputed
   int64_t layer_index = -1;
 };
 

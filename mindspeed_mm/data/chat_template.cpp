@@ -272,6 +272,7 @@ EncodedChat ChatTemplate::encode(const Tokenizer& tokenizer, const std::vector<C
       w.write(s.assistant_footer, "", prompt, false);
     }
   }
+  if (options.add_generation_prompt && messages.back().role == "user") w.write(s.assistant_header, "", prompt, false);
 
   std::vector<Piece> pieces = w.take();
   EncodedChat out;

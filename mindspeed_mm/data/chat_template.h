@@ -42,6 +42,9 @@ struct ChatOptions {
   // Used when the conversation has no leading system message; empty means the template's
   // default (only qwen2vl and llava have one).
   std::string system;
+  // After a trailing user turn, the assistant header the reply follows (transformers'
+  // add_generation_prompt): prompts for generation.
+  bool add_generation_prompt = false;
 };
 
 struct EncodedChat {

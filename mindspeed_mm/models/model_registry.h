@@ -23,6 +23,9 @@ struct MultimodalInputs {
   at::Tensor segment_ids;                         // packed rows: the sample of each token, -1 = padding
   at::Tensor pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw;
   std::vector<double> video_second_per_grid;
+  // Incremental decoding (mindspeed_mm/models/common/kv_cache.h): the keys and values of the
+  // tokens before input_ids; input_ids are appended. Positions continue after the cache.
+  mm::nn::KVCache* kv_cache = nullptr;
 };
 
 // What training, checkpointing and FLOPs accounting need from a decoder-only LM.
@@ -47,10 +50,9 @@ class CausalLM : public mm::nn::Module {
   virtual std::string parameter_name(const std::string& checkpoint_name) const { return checkpoint_name; }
   // Whether forward_multimodal uses the vision fields (a text model ignores them).
   virtual bool has_vision() const { return false; }
-  // Logits of a (possibly multimodal) batch; text models run forward() on the token fields.
-  virtual at::Tensor forward_multimodal(const MultimodalInputs& in) {
-    return forward(in.input_ids, in.position_ids, in.attn_mask);
-  }
+  // Logits of a (possibly multimodal) batch, using in.kv_cache when set; text models use the
+  // token fields only.
+  virtual at::Tensor forward_multimodal(const MultimodalInputs& in) = 0;
 };
 
 // strict: true for configs written in our YAML (unknown keys are errors), false for HF

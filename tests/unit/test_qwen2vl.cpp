@@ -213,3 +213,67 @@ TEST(Qwen2VL, FreezePlanAndLearningRateMultipliers) {
   for (auto& g : mm::training::default_param_groups(vl->named_parameters()))
     for (auto& n : g.names) EXPECT_NE(n.rfind("visual.", 0), 0u) << n;
 }
+
+// ---- Qwen2.5-VL: the same decoder, the windowed tower, tokens_per_second ----
+
+namespace {
+
+json tiny25_config() {
+  json j = tiny_config();
+  j["vision_config"] = json::parse(R"({"depth": 2, "hidden_size": 16, "intermediate_size": 24, "num_heads": 2,
+      "patch_size": 14, "window_size": 56, "fullatt_block_indexes": [1], "tokens_per_second": 2})");
+  return j;
+}
+
+}  // namespace
+
+TEST(Qwen2_5VL, ConfigRegistryAndHFRoundTripWithVideo) {
+  auto built = model_registry().get("qwen2_5_vl", "model.id")(tiny25_config(), "test", false);
+  auto vl = std::dynamic_pointer_cast<Qwen2VLForConditionalGeneration>(built);
+  ASSERT_TRUE(vl);
+  EXPECT_TRUE(vl->vl_config.qwen2_5);
+  EXPECT_EQ(vl->vl_config.rope_index.tokens_per_second, 2);
+  EXPECT_EQ(vl->vl_config.vision.hidden_size, 32);  // out_hidden_size defaults to the text width
+  EXPECT_EQ(vl->hf_config().at("model_type"), "qwen2_5_vl");
+  EXPECT_EQ(vl->hf_config().at("architectures")[0], "Qwen2_5_VLForConditionalGeneration");
+  EXPECT_EQ(vl->num_parameters(), vl->vl_config.vision.num_parameters() + Qwen2ForCausalLM(vl->vl_config.text).num_parameters());
+  // transformers >= 4.52 nests the text fields in text_config: the same model.
+  json nested = tiny25_config();
+  json text = json::object();
+  for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "rope_theta"}) {
+    text[k] = nested.at(k);
+    nested.erase(k);
+  }
+  nested["text_config"] = text;
+  EXPECT_EQ(Qwen2VLConfig::from_json(nested, "test", false, true).to_json(), vl->hf_config());
+  json bad = tiny25_config();
+  bad["vision_config"]["out_hidden_size"] = 48;
+  EXPECT_THROW(Qwen2VLConfig::from_json(bad, "test", false, true), mm::ConfigError);
+
+  vl->init_weights(7);
+  at::NoGradGuard no_grad;
+  // An image (1, 4, 4) -> 4 pads and a two-frame video (2, 4, 4) -> 8 pads.
+  std::vector<int64_t> ids = {'a', 259};
+  ids.insert(ids.end(), 4, 261);
+  ids.insert(ids.end(), {260, 'b', 259});
+  ids.insert(ids.end(), 8, 262);
+  ids.insert(ids.end(), {260, 'c'});
+  MultimodalInputs in;
+  in.input_ids = at::tensor(ids, at::kLong).unsqueeze(0);
+  in.image_grid_thw = at::tensor(std::vector<int64_t>{1, 4, 4}, at::kLong).view({1, 3});
+  in.pixel_values = at::randn({16, 3 * 2 * 14 * 14});
+  in.video_grid_thw = at::tensor(std::vector<int64_t>{2, 4, 4}, at::kLong).view({1, 3});
+  in.pixel_values_videos = at::randn({32, 3 * 2 * 14 * 14});
+  in.video_second_per_grid = {1.0};
+  at::Tensor ref = vl->forward_multimodal(in);
+  // tokens_per_second moves the video's temporal positions 2 apart: the second frame's pads differ.
+  at::Tensor pos = vl->mrope_positions(in);
+  EXPECT_EQ(pos[0][0][13].item<int64_t>() - pos[0][0][9].item<int64_t>(), 2);  // pads 9..12, 13..16
+  const std::string dir = mm::test::fresh_dir("qwen2_5vl_hf");
+  mm::checkpoint::export_hf_directory(dir, vl->hf_config(), *vl);
+  json cfg = mm::checkpoint::read_hf_config(dir);
+  auto back = model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir, false);
+  mm::checkpoint::load_model_weights(*back, dir, {}, [&](const std::string& k) { return back->parameter_name(k); });
+  EXPECT_TRUE(at::equal(back->forward_multimodal(in), ref));
+}

@@ -115,7 +115,15 @@ int64_t SampleEncoder::estimate_length(const MllmRecord& rec) const {
   return n;
 }
 
-EncodedSample SampleEncoder::encode(const MllmRecord& rec) const {
+EncodedSample SampleEncoder::encode(const MllmRecord& rec) const { return encode_impl(rec, false); }
+
+EncodedSample SampleEncoder::encode_prompt(const MllmRecord& rec) const {
+  MM_CHECK(!rec.messages.empty() && rec.messages.back().role == "user", rec.source,
+           ": a generation prompt must end with a user message");
+  return encode_impl(rec, true);
+}
+
+EncodedSample SampleEncoder::encode_impl(const MllmRecord& rec, bool prompt) const {
   const auto& m = opt_.media;
   EncodedSample out;
   out.source = rec.source;
@@ -162,7 +170,9 @@ EncodedSample SampleEncoder::encode(const MllmRecord& rec) const {
 
   EncodedChat chat;
   try {
-    chat = template_->encode(tok_.tokenizer, rec.messages, opt_.chat, [&](char kind, size_t i) -> int64_t {
+    ChatOptions chat_options = opt_.chat;
+    chat_options.add_generation_prompt = prompt;
+    chat = template_->encode(tok_.tokenizer, rec.messages, chat_options, [&](char kind, size_t i) -> int64_t {
       const auto& tokens = kind == 'i' ? images.tokens : videos.tokens;
       if (i >= tokens.size()) throw Error(cat("more <", kind == 'i' ? "image" : "video", "> placeholders than media"));
       return tokens[i];
@@ -188,6 +198,8 @@ EncodedSample SampleEncoder::encode(const MllmRecord& rec) const {
   // and the media from that block on are dropped with their pixels.
   size_t keep_images = images.tokens.size(), keep_videos = videos.tokens.size();
   const int64_t len = static_cast<int64_t>(chat.input_ids.size());
+  MM_CHECK(!prompt || len <= opt_.cutoff_len, rec.source, ": the prompt has ", len, " tokens, more than data.cutoff_len ",
+           opt_.cutoff_len);
   if (len > opt_.cutoff_len) {
     MM_CHECK(opt_.truncation == "cut", rec.source, ": ", len, " tokens, more than data.cutoff_len ", opt_.cutoff_len);
     int64_t cut = opt_.cutoff_len;
@@ -214,7 +226,7 @@ EncodedSample SampleEncoder::encode(const MllmRecord& rec) const {
   }
   out.input_ids = std::move(chat.input_ids);
   out.labels = std::move(chat.labels);
-  MM_CHECK(out.num_labels() > 0, rec.source, ": no labeled (assistant) tokens within data.cutoff_len ", opt_.cutoff_len);
+  MM_CHECK(prompt || out.num_labels() > 0, rec.source, ": no labeled (assistant) tokens within data.cutoff_len ", opt_.cutoff_len);
 
   if (keep_images > 0) {
     std::vector<at::Tensor> v(images.values.begin(), images.values.begin() + keep_images);

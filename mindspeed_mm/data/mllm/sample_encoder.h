@@ -65,6 +65,9 @@ class SampleEncoder {
   SampleEncoder(PretrainedTokenizer tokenizer, SampleEncoderOptions options);
 
   EncodedSample encode(const MllmRecord& record) const;
+  // A generation prompt: the record's messages must end with a user turn; the assistant header
+  // follows it. No labels are required; longer than cutoff_len is an mm::Error.
+  EncodedSample encode_prompt(const MllmRecord& record) const;
   // The sample's length in tokens without decoding any media: the messages' text tokens plus
   // each image's pad count from its header size (exact for images; the chat template's few
   // role tokens are not counted). For length-grouped batching. -1 when a file is unreadable.
@@ -79,6 +82,7 @@ class SampleEncoder {
   int64_t video_pad_id() const { return video_pad_; }
 
  private:
+  EncodedSample encode_impl(const MllmRecord& record, bool prompt) const;
   PretrainedTokenizer tok_;
   SampleEncoderOptions opt_;
   const ChatTemplate* template_;

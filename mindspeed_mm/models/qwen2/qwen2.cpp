@@ -1,5 +1,7 @@
 #include "mindspeed_mm/models/qwen2/qwen2.h"
 
+#include "mindspeed_mm/models/common/kv_cache.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 
@@ -228,6 +230,7 @@ at::Tensor Qwen2Attention::forward(const at::Tensor& x, const mm::nn::ForwardCon
   at::Tensor k = k_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
   std::tie(q, k) = apply_rope(q, k, ctx.cos, ctx.sin);
+  if (ctx.kv_cache) std::tie(k, v) = ctx.kv_cache->append(ctx.layer_index, k, v);
   at::Tensor o = scaled_dot_product_attention(q, k, v, ctx.attn_mask, ctx.causal);
   return o_proj->forward(o.transpose(1, 2).reshape({B, S, num_heads * head_dim}));
 }
@@ -287,14 +290,25 @@ at::Tensor Qwen2ForCausalLM::logits(const at::Tensor& hidden) const {
 
 at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                      const at::Tensor& attn_mask) {
+  MultimodalInputs in;
+  in.input_ids = input_ids;
+  in.position_ids = position_ids;
+  in.attn_mask = attn_mask;
+  return Qwen2ForCausalLM::forward_multimodal(in);
+}
+
+at::Tensor Qwen2ForCausalLM::forward_multimodal(const MultimodalInputs& in) {
+  const at::Tensor& input_ids = in.input_ids;
   MM_CHECK(input_ids.dim() == 2, "qwen2: input_ids must be [batch, seq] (got ", input_ids.sizes(), ")");
   const int64_t B = input_ids.size(0), S = input_ids.size(1);
-  at::Tensor pos = position_ids.defined()
-                       ? position_ids
-                       : at::arange(S, input_ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, S});
+  const int64_t past = in.kv_cache ? in.kv_cache->length() : 0;
+  at::Tensor pos = in.position_ids.defined()
+                       ? in.position_ids
+                       : at::arange(past, past + S, input_ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, S});
   at::Tensor h = model->embed_tokens->forward(input_ids);
   mm::nn::ForwardContext ctx = model->make_context(pos, h.scalar_type());
-  ctx.attn_mask = attn_mask;
+  ctx.attn_mask = in.attn_mask;
+  ctx.kv_cache = in.kv_cache;
   return logits(model->forward(h, ctx));
 }
 

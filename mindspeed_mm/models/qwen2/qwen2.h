@@ -68,7 +68,8 @@ struct Qwen2Config {
 class Qwen2Attention : public mm::nn::Module {
  public:
   Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype);
-  // x [B, S, hidden] -> [B, S, hidden]; uses ctx.cos/sin, ctx.attn_mask, ctx.causal.
+  // x [B, S, hidden] -> [B, S, hidden]; uses ctx.cos/sin, ctx.attn_mask, ctx.causal, and
+  // appends to ctx.kv_cache (layer ctx.layer_index) when set.
   at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
   std::string type_name() const override { return "Qwen2Attention"; }
 
@@ -110,6 +111,8 @@ class Qwen2ForCausalLM : public CausalLM {
 
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const at::Tensor& attn_mask = {}) override;
+  // The token fields of `in`; with in.kv_cache, positions continue after the cached tokens.
+  at::Tensor forward_multimodal(const MultimodalInputs& in) override;
   // hidden [B, S, hidden] -> logits [B, S, vocab] (through embed_tokens.weight when tied).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Linear/Embedding weights ~ N(0, initializer_range), biases 0, norm weights 1. Values are drawn

@@ -4,16 +4,29 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/models/common/kv_cache.h"
 #include "mindspeed_mm/models/common/rope.h"
 
 namespace mm::models {
 
 using nlohmann::json;
 
-Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source, bool strict) {
-  if (!j.is_object()) throw ConfigError(cat("config: a qwen2_vl model config must be an object in ", source));
+Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source, bool strict, bool qwen2_5) {
+  const char* id = qwen2_5 ? "qwen2_5_vl" : "qwen2_vl";
+  if (!j.is_object()) throw ConfigError(cat("config: a ", id, " model config must be an object in ", source));
   json text = j;
+  // transformers >= 4.52 nests the language model's fields in text_config.
+  if (text.contains("text_config") && text.at("text_config").is_object()) {
+    for (auto& [k, v] : text.at("text_config").items())
+      if (k != "model_type" && k != "architectures") text[k] = v;
+  }
+  text.erase("text_config");
+  if (!strict) {
+    text.erase("model_type");
+    text.erase("architectures");
+  }
   Qwen2VLConfig c;
+  c.qwen2_5 = qwen2_5;
   auto take_int = [&](const char* k, int64_t& out) {
     if (!text.contains(k)) return;
     if (!text.at(k).is_number_integer()) throw ConfigError(cat("config: ", k, " must be an integer in ", source));
@@ -29,13 +42,15 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
   text.erase("vision_config");
   text.erase("rope_scaling");
   c.text = Qwen2Config::from_json(text, source, strict);
-  c.vision = Qwen2VLVisionConfig::from_json(vision, source);
+  c.vision = Qwen2VLVisionConfig::from_json(vision, source, qwen2_5);
   // The merger maps into the language model's width.
-  if (!vision.is_object() || !vision.contains("hidden_size")) c.vision.hidden_size = c.text.hidden_size;
+  const char* out_key = qwen2_5 ? "out_hidden_size" : "hidden_size";
+  if (!vision.is_object() || !vision.contains(out_key)) c.vision.hidden_size = c.text.hidden_size;
   if (c.vision.hidden_size != c.text.hidden_size)
-    throw ConfigError(cat("config: vision_config.hidden_size (", c.vision.hidden_size, ") must equal hidden_size (",
+    throw ConfigError(cat("config: vision_config.", out_key, " (", c.vision.hidden_size, ") must equal hidden_size (",
                           c.text.hidden_size, ") in ", source));
   c.rope_index.spatial_merge_size = c.vision.spatial_merge_size;
+  c.rope_index.tokens_per_second = qwen2_5 ? c.vision.tokens_per_second : 0;
   if (rope.is_object() && rope.contains("mrope_section")) {
     c.mrope_section.clear();
     for (auto& v : rope.at("mrope_section")) {
@@ -56,8 +71,8 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
 
 json Qwen2VLConfig::to_json() const {
   json j = text.to_json();
-  j["architectures"] = json::array({"Qwen2VLForConditionalGeneration"});
-  j["model_type"] = "qwen2_vl";
+  j["architectures"] = json::array({qwen2_5 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration"});
+  j["model_type"] = qwen2_5 ? "qwen2_5_vl" : "qwen2_vl";
   j["vision_config"] = vision.to_json();
   j["image_token_id"] = rope_index.image_token_id;
   j["video_token_id"] = rope_index.video_token_id;
@@ -130,6 +145,7 @@ at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInpu
 
 at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalInputs& in) {
   MM_CHECK(in.input_ids.dim() == 2, "qwen2_vl: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
+  const int64_t past = in.kv_cache ? in.kv_cache->length() : 0;
   at::Tensor h = model->embed_tokens->forward(in.input_ids);
   auto place = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, const char* what) {
     if (!pixels.defined()) return;
@@ -144,7 +160,17 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   place(in.pixel_values, in.image_grid_thw, vl_config.rope_index.image_token_id, "image");
   place(in.pixel_values_videos, in.video_grid_thw, vl_config.rope_index.video_token_id, "video");
 
-  at::Tensor pos = mrope_positions(in).to(in.input_ids.device());
+  at::Tensor pos;
+  if (past == 0) {
+    pos = mrope_positions(in).to(in.input_ids.device());
+    // get_rope_index's deltas: later tokens sit at their index plus (max position + 1 - S).
+    if (in.kv_cache) in.kv_cache->rope_deltas = std::get<0>(pos.amax(2).max(0)) + 1 - in.input_ids.size(1);
+  } else {
+    MM_CHECK(in.kv_cache->rope_deltas.defined(), "qwen2_vl: a kv cache that this model did not prefill");
+    const int64_t B = in.input_ids.size(0), S = in.input_ids.size(1);
+    at::Tensor text = at::arange(past, past + S, at::kLong).unsqueeze(0) + in.kv_cache->rope_deltas.view({-1, 1});
+    pos = text.unsqueeze(0).expand({3, B, S}).to(in.input_ids.device());
+  }
   const auto table_dtype = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor inv = rope_inv_freq(config.head_dim(), config.rope_theta, table_dtype, h.device());
   auto [cos, sin] = mrope_cos_sin(pos, inv, vl_config.mrope_section);
@@ -153,6 +179,7 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   ctx.sin = sin.to(h.scalar_type());
   ctx.causal = true;
   ctx.attn_mask = in.attn_mask;
+  ctx.kv_cache = in.kv_cache;
   return logits(model->forward(h, ctx));
 }
 
@@ -160,6 +187,11 @@ namespace {
 const mm::Registrar kRegisterQwen2VL(model_registry(), "qwen2_vl", [](const json& hf, const std::string& source, bool strict) {
   return std::static_pointer_cast<CausalLM>(
       std::make_shared<Qwen2VLForConditionalGeneration>(Qwen2VLConfig::from_json(hf, source, strict)));
+});
+const mm::Registrar kRegisterQwen2_5VL(model_registry(), "qwen2_5_vl", [](const json& hf, const std::string& source,
+                                                                          bool strict) {
+  return std::static_pointer_cast<CausalLM>(
+      std::make_shared<Qwen2VLForConditionalGeneration>(Qwen2VLConfig::from_json(hf, source, strict, /*qwen2_5=*/true)));
 });
 }  // namespace
 

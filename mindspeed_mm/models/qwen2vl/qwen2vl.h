@@ -1,5 +1,6 @@
-// Qwen2-VL (HF Qwen2VLForConditionalGeneration): the Qwen2 decoder with M-RoPE, fed by the
-// vision tower. Parameter names as in the original checkpoints:
+// Qwen2-VL (HF Qwen2VLForConditionalGeneration) and Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration,
+// registry id qwen2_5_vl: the same decoder, the vision tower's Qwen2.5 variant and tokens_per_second
+// temporal scaling of video positions): the Qwen2 decoder with M-RoPE, fed by the vision tower. Parameter names as in the original checkpoints:
 //   visual.*                                    the vision tower (vision.h)
 //   model.embed_tokens / model.layers.N.* / model.norm / lm_head   the language model (qwen2.h)
 // Forward: token embeddings; the embedding of every <|image_pad|> / <|video_pad|> token is
@@ -17,16 +18,19 @@
 
 namespace mm::models {
 
-// config.json of a Qwen2-VL model: the Qwen2 text fields at the top level, plus vision_config,
-// the vision token ids and rope_scaling {"type": "mrope", "mrope_section": [t, h, w]}.
+// config.json of a Qwen2-VL model: the Qwen2 text fields at the top level (or, as newer
+// transformers write them, in text_config), plus vision_config, the vision token ids and
+// rope_scaling {"type": "mrope", "mrope_section": [t, h, w]}. qwen2_5: a Qwen2.5-VL config
+// (model_type qwen2_5_vl; its vision_config as Qwen2VLVisionConfig describes).
 struct Qwen2VLConfig {
+  bool qwen2_5 = false;
   Qwen2Config text;
   Qwen2VLVisionConfig vision;
   RopeIndexConfig rope_index;  // token ids and spatial merge size for get_rope_index
   int64_t vision_end_token_id = 151653;
   std::vector<int64_t> mrope_section = {16, 24, 24};
 
-  static Qwen2VLConfig from_json(const nlohmann::json& j, const std::string& source, bool strict);
+  static Qwen2VLConfig from_json(const nlohmann::json& j, const std::string& source, bool strict, bool qwen2_5 = false);
   nlohmann::json to_json() const;
 };
 
@@ -42,7 +46,9 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   // matrices and the patch embedding, zero biases, unit LayerNorms.
   void init_weights(uint64_t seed) override;
   nlohmann::json hf_config() const override { return vl_config.to_json(); }
-  std::string type_name() const override { return "Qwen2VLForConditionalGeneration"; }
+  std::string type_name() const override {
+    return vl_config.qwen2_5 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration";
+  }
 
   // The (t, h, w) positions [3, B, S] of a batch: get_rope_index over each row, or over each
   // packed sample (positions restart per sample, as when it runs alone).

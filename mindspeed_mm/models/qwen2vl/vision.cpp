@@ -1,6 +1,7 @@
 // Qwen2-VL vision tower: patch embedding, 2-D rotary, per-frame attention, patch merger.
 #include "mindspeed_mm/models/qwen2vl/vision.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "mindspeed_mm/core/errors.h"
@@ -9,8 +10,13 @@
 
 namespace mm::models {
 
-Qwen2VLVisionConfig Qwen2VLVisionConfig::from_json(const nlohmann::json& j, const std::string& source) {
+Qwen2VLVisionConfig Qwen2VLVisionConfig::from_json(const nlohmann::json& j, const std::string& source, bool qwen2_5) {
   Qwen2VLVisionConfig c;
+  if (qwen2_5) {  // Qwen2_5_VLVisionConfig's defaults
+    c.qwen2_5 = true;
+    c.embed_dim = 3584;
+    c.hidden_act = "silu";
+  }
   if (j.is_null()) return c;
   if (!j.is_object()) throw ConfigError(cat("config: vision_config must be an object in ", source));
   auto integer = [&](const char* k, int64_t& out) {
@@ -20,27 +26,67 @@ Qwen2VLVisionConfig Qwen2VLVisionConfig::from_json(const nlohmann::json& j, cons
     if (out <= 0) throw ConfigError(cat("config: vision_config.", k, " must be > 0 (got ", out, ") in ", source));
   };
   integer("depth", c.depth);
-  integer("embed_dim", c.embed_dim);
-  integer("hidden_size", c.hidden_size);
   integer("num_heads", c.num_heads);
   integer("in_chans", c.in_channels);
   integer("in_channels", c.in_channels);
   integer("patch_size", c.patch_size);
   integer("spatial_merge_size", c.spatial_merge_size);
   integer("temporal_patch_size", c.temporal_patch_size);
-  if (j.contains("mlp_ratio") && !j.at("mlp_ratio").is_null()) {
-    if (!j.at("mlp_ratio").is_number()) throw ConfigError(cat("config: vision_config.mlp_ratio must be a number in ", source));
-    c.mlp_ratio = j.at("mlp_ratio").get<double>();
+  if (qwen2_5) {
+    integer("hidden_size", c.embed_dim);
+    integer("out_hidden_size", c.hidden_size);
+    integer("intermediate_size", c.intermediate_size);
+    integer("window_size", c.window_size);
+    integer("tokens_per_second", c.tokens_per_second);
+    if (j.contains("fullatt_block_indexes") && !j.at("fullatt_block_indexes").is_null()) {
+      const auto& v = j.at("fullatt_block_indexes");
+      if (!v.is_array()) throw ConfigError(cat("config: vision_config.fullatt_block_indexes must be a list in ", source));
+      c.fullatt_block_indexes.clear();
+      for (const auto& e : v) {
+        if (!e.is_number_integer() || e.get<int64_t>() < 0)
+          throw ConfigError(cat("config: vision_config.fullatt_block_indexes must hold block numbers >= 0 (got ",
+                                v.dump(), ") in ", source));
+        c.fullatt_block_indexes.push_back(e.get<int64_t>());
+      }
+    }
+  } else {
+    integer("embed_dim", c.embed_dim);
+    integer("hidden_size", c.hidden_size);
+    if (j.contains("mlp_ratio") && !j.at("mlp_ratio").is_null()) {
+      if (!j.at("mlp_ratio").is_number()) throw ConfigError(cat("config: vision_config.mlp_ratio must be a number in ", source));
+      c.mlp_ratio = j.at("mlp_ratio").get<double>();
+    }
   }
   if (j.contains("hidden_act") && j.at("hidden_act").is_string()) c.hidden_act = j.at("hidden_act").get<std::string>();
   activation_from_name(c.hidden_act, source);
+  if (qwen2_5 && c.hidden_act != "silu")
+    throw ConfigError(cat("config: vision_config.hidden_act must be \"silu\" for qwen2_5_vl (got \"", c.hidden_act,
+                          "\") in ", source));
+  if (qwen2_5 && c.window_units() < 1)
+    throw ConfigError(cat("config: vision_config.window_size (", c.window_size, ") must be at least patch_size * spatial_merge_size (",
+                          c.patch_size * c.spatial_merge_size, ") in ", source));
   if (c.embed_dim % c.num_heads != 0 || c.head_dim() % 4 != 0)
-    throw ConfigError(cat("config: vision_config.embed_dim (", c.embed_dim, ") / num_heads (", c.num_heads,
-                          ") must be a multiple of 4 for the 2-D rotary embedding in ", source));
+    throw ConfigError(cat("config: vision_config.", qwen2_5 ? "hidden_size" : "embed_dim", " (", c.embed_dim,
+                          ") / num_heads (", c.num_heads, ") must be a multiple of 4 for the 2-D rotary embedding in ",
+                          source));
   return c;
 }
 
 nlohmann::json Qwen2VLVisionConfig::to_json() const {
+  if (qwen2_5)
+    return {{"depth", depth},
+            {"hidden_size", embed_dim},
+            {"out_hidden_size", hidden_size},
+            {"intermediate_size", intermediate_size},
+            {"hidden_act", hidden_act},
+            {"num_heads", num_heads},
+            {"in_chans", in_channels},
+            {"patch_size", patch_size},
+            {"spatial_merge_size", spatial_merge_size},
+            {"temporal_patch_size", temporal_patch_size},
+            {"window_size", window_size},
+            {"fullatt_block_indexes", fullatt_block_indexes},
+            {"tokens_per_second", tokens_per_second}};
   return {{"depth", depth},           {"embed_dim", embed_dim},   {"hidden_size", hidden_size},
           {"hidden_act", hidden_act}, {"mlp_ratio", mlp_ratio},   {"num_heads", num_heads},
           {"in_chans", in_channels},  {"patch_size", patch_size}, {"spatial_merge_size", spatial_merge_size},
@@ -49,13 +95,13 @@ nlohmann::json Qwen2VLVisionConfig::to_json() const {
 
 int64_t Qwen2VLVisionConfig::num_parameters() const {
   const int64_t E = embed_dim, H = mlp_hidden(), W = embed_dim * spatial_merge_size * spatial_merge_size;
-  const int64_t block = (E * 3 * E + 3 * E)  // qkv
-                        + (E * E + E)        // proj
-                        + (E * H + H)        // fc1
-                        + (H * E + E)        // fc2
-                        + 4 * E;             // norm1, norm2
-  const int64_t merger = 2 * E + (W * W + W) + (W * hidden_size + hidden_size);
-  return E * patch_dim() + depth * block + merger;
+  const int64_t attention = (E * 3 * E + 3 * E)  // qkv
+                            + (E * E + E);       // proj
+  const int64_t mlp = qwen2_5 ? 2 * (E * H + H) + (H * E + E)  // gate, up, down (with biases)
+                              : (E * H + H) + (H * E + E);     // fc1, fc2
+  const int64_t norms = qwen2_5 ? 2 * E : 4 * E;               // norm1, norm2 (RMSNorm: weight only)
+  const int64_t merger = (qwen2_5 ? E : 2 * E) + (W * W + W) + (W * hidden_size + hidden_size);
+  return E * patch_dim() + depth * (attention + mlp + norms) + merger;
 }
 
 Qwen2VLVisionAttention::Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype)
@@ -89,16 +135,33 @@ at::Tensor Qwen2VLVisionBlock::forward(const at::Tensor& x, const mm::nn::Forwar
   return h + mlp->forward(norm2->forward(h));
 }
 
-Qwen2VLPatchMerger::Qwen2VLPatchMerger(int64_t out_dim, int64_t context_dim, int64_t merge, at::ScalarType dtype)
+Qwen2_5_VLVisionBlock::Qwen2_5_VLVisionBlock(const Qwen2VLVisionConfig& c, at::ScalarType dtype) {
+  norm1 = register_module("norm1", std::make_shared<RMSNorm>(c.embed_dim, 1e-6, dtype));
+  norm2 = register_module("norm2", std::make_shared<RMSNorm>(c.embed_dim, 1e-6, dtype));
+  attn = register_module("attn", std::make_shared<Qwen2VLVisionAttention>(c, dtype));
+  mlp = register_module("mlp", std::make_shared<SwiGLUMLP>(c.embed_dim, c.intermediate_size, /*bias=*/true, dtype));
+}
+
+at::Tensor Qwen2_5_VLVisionBlock::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) {
+  at::Tensor h = x + attn->forward(norm1->forward(x), ctx);
+  return h + mlp->forward(norm2->forward(h));
+}
+
+Qwen2VLPatchMerger::Qwen2VLPatchMerger(int64_t out_dim, int64_t context_dim, int64_t merge, at::ScalarType dtype,
+                                       bool rms_norm)
     : window_dim(context_dim * merge * merge) {
-  ln_q = register_module("ln_q", std::make_shared<LayerNorm>(context_dim, 1e-6, dtype));
+  if (rms_norm)
+    ln_q_rms = register_module("ln_q", std::make_shared<RMSNorm>(context_dim, 1e-6, dtype));
+  else
+    ln_q = register_module("ln_q", std::make_shared<LayerNorm>(context_dim, 1e-6, dtype));
   auto seq = register_module("mlp", std::make_shared<mm::nn::Module>());
   fc_in = seq->register_module("0", std::make_shared<Linear>(window_dim, window_dim, true, dtype));
   fc_out = seq->register_module("2", std::make_shared<Linear>(window_dim, out_dim, true, dtype));
 }
 
 at::Tensor Qwen2VLPatchMerger::forward(const at::Tensor& x) const {
-  at::Tensor windows = ln_q->forward(x).reshape({-1, window_dim});
+  at::Tensor normed = ln_q ? ln_q->forward(x) : ln_q_rms->forward(x);
+  at::Tensor windows = normed.reshape({-1, window_dim});
   return fc_out->forward(at::gelu(fc_in->forward(windows)));
 }
 
@@ -109,10 +172,40 @@ Qwen2VisionTransformer::Qwen2VisionTransformer(const Qwen2VLVisionConfig& c, at:
       "weight", at::zeros({c.embed_dim, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size},
                           at::TensorOptions().dtype(dtype)));
   auto list = register_module("blocks", std::make_shared<mm::nn::Module>());
-  for (int64_t i = 0; i < c.depth; ++i)
-    blocks.push_back(list->register_module(std::to_string(i), std::make_shared<Qwen2VLVisionBlock>(c, dtype)));
+  for (int64_t i = 0; i < c.depth; ++i) {
+    std::shared_ptr<mm::nn::Block> b;
+    if (c.qwen2_5)
+      b = std::make_shared<Qwen2_5_VLVisionBlock>(c, dtype);
+    else
+      b = std::make_shared<Qwen2VLVisionBlock>(c, dtype);
+    blocks.push_back(list->register_module(std::to_string(i), b));
+  }
   merger = register_module("merger", std::make_shared<Qwen2VLPatchMerger>(c.hidden_size, c.embed_dim,
-                                                                          c.spatial_merge_size, dtype));
+                                                                          c.spatial_merge_size, dtype, c.qwen2_5));
+}
+
+WindowIndex qwen2_5_vl_window_index(const at::Tensor& grid_thw, int64_t units, int64_t m) {
+  MM_CHECK(units >= 1, "qwen2_5_vl: a window must span at least one merged unit (got ", units, ")");
+  WindowIndex out;
+  out.cu_seqlens.push_back(0);
+  at::Tensor g = grid_thw.to(at::kLong).contiguous();
+  const int64_t* p = g.data_ptr<int64_t>();
+  int64_t base = 0;
+  for (int64_t i = 0; i < g.size(0); ++i) {
+    const int64_t t = p[3 * i], lh = p[3 * i + 1] / m, lw = p[3 * i + 2] / m;
+    const int64_t windows_h = (lh + units - 1) / units, windows_w = (lw + units - 1) / units;
+    for (int64_t f = 0; f < t; ++f)
+      for (int64_t wy = 0; wy < windows_h; ++wy)
+        for (int64_t wx = 0; wx < windows_w; ++wx) {
+          int64_t count = 0;
+          for (int64_t y = wy * units; y < std::min(lh, (wy + 1) * units); ++y)
+            for (int64_t x = wx * units; x < std::min(lw, (wx + 1) * units); ++x, ++count)
+              out.index.push_back(base + (f * lh + y) * lw + x);
+          out.cu_seqlens.push_back(out.cu_seqlens.back() + count * m * m);
+        }
+    base += t * lh * lw;
+  }
+  return out;
 }
 
 at::Tensor Qwen2VisionTransformer::rotary_angles(const at::Tensor& grid_thw) const {
@@ -165,17 +258,42 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
   // Conv3d with kernel = stride over one patch each: a matmul with the flattened kernel.
   at::Tensor h = at::matmul(pixel_values.to(dtype), patch_embed_weight.reshape({config.embed_dim, -1}).t());
   at::Tensor angles = rotary_angles(g);
+  at::Tensor frame_mask = segment_attention_mask(at::tensor(segment, at::kLong).unsqueeze(0));
+  at::Tensor window_mask, unit_order;
+  if (config.qwen2_5) {
+    // Window order: reorder whole merge units (patches and their rotary angles); frames stay
+    // contiguous and in order, so the per-frame segments above still hold.
+    WindowIndex wi = qwen2_5_vl_window_index(g, config.window_units(), m);
+    const int64_t unit = m * m, N = h.size(0);
+    unit_order = at::tensor(wi.index, at::kLong);
+    at::Tensor patch_order = (unit_order.unsqueeze(1) * unit + at::arange(unit, at::kLong).unsqueeze(0)).reshape({N});
+    h = h.index_select(0, patch_order.to(h.device()));
+    angles = angles.index_select(0, patch_order);
+    std::vector<int64_t> window_segment(static_cast<size_t>(N));
+    for (size_t w = 0; w + 1 < wi.cu_seqlens.size(); ++w)
+      std::fill(window_segment.begin() + wi.cu_seqlens[w], window_segment.begin() + wi.cu_seqlens[w + 1],
+                static_cast<int64_t>(w));
+    window_mask = segment_attention_mask(at::tensor(window_segment, at::kLong).unsqueeze(0));
+  }
   at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(0).unsqueeze(0);  // [1, 1, N, head_dim]
   mm::nn::ForwardContext ctx;
-  ctx.cos = emb.cos();
-  ctx.sin = emb.sin();
-  ctx.attn_mask = segment_attention_mask(at::tensor(segment, at::kLong).unsqueeze(0));
+  ctx.cos = emb.cos().to(h.device());
+  ctx.sin = emb.sin().to(h.device());
   ctx.causal = false;
+  const auto& full = config.fullatt_block_indexes;
   for (size_t i = 0; i < blocks.size(); ++i) {
     ctx.layer_index = static_cast<int64_t>(i);
+    const bool windowed =
+        config.qwen2_5 && std::find(full.begin(), full.end(), static_cast<int64_t>(i)) == full.end();
+    ctx.attn_mask = (windowed ? window_mask : frame_mask).to(h.device());
     h = blocks[i]->call(h, ctx);
   }
-  return merger->forward(h);
+  at::Tensor merged = merger->forward(h);
+  if (!config.qwen2_5) return merged;
+  // Back to the processor's order: the unit at window position k is unit_order[k].
+  at::Tensor inverse = at::empty_like(unit_order);
+  inverse.index_put_({unit_order}, at::arange(unit_order.size(0), at::kLong));
+  return merged.index_select(0, inverse.to(merged.device()));
 }
 
 }  // namespace mm::models

@@ -13,6 +13,14 @@
 // each head's rotary angles come from the patch row, the second half from its column. The
 // PatchMerger LayerNorms each patch, concatenates the merge_size^2 patches of a window and maps
 // them through Linear-GELU-Linear to the language model's width: [N / merge^2, hidden_size].
+//
+// Qwen2.5-VL (HF Qwen2_5_VisionTransformerPretrainedModel) keeps the names and changes:
+//   norm1 / norm2 / merger.ln_q are RMSNorms (weight only); the MLP is SwiGLU with biases
+//   (blocks.N.mlp.{gate,up,down}_proj.{weight,bias}); most blocks attend only inside windows of
+//   window_size pixels (window_size / patch / merge merged units per side, edge windows smaller),
+//   the blocks in fullatt_block_indexes over the whole frame. The patches are reordered so that
+//   each window is contiguous (qwen2_5_vl_window_index) before the blocks, and the merged
+//   features are put back into the processor's order after the merger.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -30,18 +38,30 @@
 namespace mm::models {
 
 // HF vision_config fields (Qwen2VLVisionConfig names and defaults; the official config.json
-// spells in_channels "in_chans", which is read too).
+// spells in_channels "in_chans", which is read too). With qwen2_5 the JSON is a
+// Qwen2_5_VLVisionConfig: there "hidden_size" is the tower width (embed_dim here) and
+// "out_hidden_size" the merger's output (hidden_size here).
 struct Qwen2VLVisionConfig {
   int64_t depth = 32, embed_dim = 1280, hidden_size = 3584, num_heads = 16;
   double mlp_ratio = 4.0;
   std::string hidden_act = "quick_gelu";
   int64_t in_channels = 3, patch_size = 14, spatial_merge_size = 2, temporal_patch_size = 2;
+  // Qwen2.5-VL only.
+  bool qwen2_5 = false;
+  int64_t intermediate_size = 3420;  // SwiGLU width
+  int64_t window_size = 112;         // window side in pixels
+  std::vector<int64_t> fullatt_block_indexes = {7, 15, 23, 31};
+  int64_t tokens_per_second = 4;     // M-RoPE temporal scaling of videos
 
   int64_t head_dim() const { return embed_dim / num_heads; }
   int64_t patch_dim() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
-  int64_t mlp_hidden() const { return static_cast<int64_t>(static_cast<double>(embed_dim) * mlp_ratio); }
+  int64_t mlp_hidden() const {
+    return qwen2_5 ? intermediate_size : static_cast<int64_t>(static_cast<double>(embed_dim) * mlp_ratio);
+  }
+  // Merged units per window side (window_size / patch_size / spatial_merge_size).
+  int64_t window_units() const { return window_size / patch_size / spatial_merge_size; }
   // ConfigError naming the key and source for wrong types or inconsistent sizes.
-  static Qwen2VLVisionConfig from_json(const nlohmann::json& j, const std::string& source);
+  static Qwen2VLVisionConfig from_json(const nlohmann::json& j, const std::string& source, bool qwen2_5 = false);
   nlohmann::json to_json() const;
   int64_t num_parameters() const;  // closed form, checked against the module tree in tests
 };
@@ -68,16 +88,43 @@ class Qwen2VLVisionBlock : public mm::nn::Block {
   std::shared_ptr<FcMLP> mlp;
 };
 
+// Qwen2.5-VL's block: RMSNorms and a SwiGLU MLP with biases around the same attention.
+class Qwen2_5_VLVisionBlock : public mm::nn::Block {
+ public:
+  Qwen2_5_VLVisionBlock(const Qwen2VLVisionConfig& c, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) override;
+  std::string type_name() const override { return "Qwen2_5_VLVisionBlock"; }
+
+  std::shared_ptr<RMSNorm> norm1, norm2;
+  std::shared_ptr<Qwen2VLVisionAttention> attn;
+  std::shared_ptr<SwiGLUMLP> mlp;
+};
+
 class Qwen2VLPatchMerger : public mm::nn::Module {
  public:
-  Qwen2VLPatchMerger(int64_t out_dim, int64_t context_dim, int64_t merge_size, at::ScalarType dtype);
+  // rms_norm: Qwen2.5-VL's ln_q (weight only) instead of a LayerNorm.
+  Qwen2VLPatchMerger(int64_t out_dim, int64_t context_dim, int64_t merge_size, at::ScalarType dtype,
+                     bool rms_norm = false);
   at::Tensor forward(const at::Tensor& x) const;  // [N, context] -> [N / merge^2, out_dim]
   std::string type_name() const override { return "Qwen2VLPatchMerger"; }
 
   int64_t window_dim;
-  std::shared_ptr<LayerNorm> ln_q;
+  std::shared_ptr<LayerNorm> ln_q;      // Qwen2-VL
+  std::shared_ptr<RMSNorm> ln_q_rms;    // Qwen2.5-VL (also registered as ln_q)
   std::shared_ptr<Linear> fc_in, fc_out;  // registered as mlp.0 and mlp.2
 };
+
+// Qwen2.5-VL's window order (transformers' get_window_index). Each frame's merged units
+// (row-major over its (h / merge) x (w / merge) grid) are split into windows of `units` x
+// `units` from the top-left, the last row and column of windows smaller when the sides do not
+// divide; `index` lists the units window by window (row-major inside a window), frames and
+// images in order, so index[k] is the processor-order unit at window-order position k.
+// cu_seqlens: 0 and the cumulative patch counts (units x merge^2) at each window's end.
+struct WindowIndex {
+  std::vector<int64_t> index;
+  std::vector<int64_t> cu_seqlens;
+};
+WindowIndex qwen2_5_vl_window_index(const at::Tensor& grid_thw, int64_t units, int64_t spatial_merge_size);
 
 class Qwen2VisionTransformer : public mm::nn::Module {
  public:
@@ -91,7 +138,7 @@ class Qwen2VisionTransformer : public mm::nn::Module {
 
   Qwen2VLVisionConfig config;
   at::Tensor patch_embed_weight;  // patch_embed.proj.weight
-  std::vector<std::shared_ptr<Qwen2VLVisionBlock>> blocks;
+  std::vector<std::shared_ptr<mm::nn::Block>> blocks;  // Qwen2VLVisionBlock or Qwen2_5_VLVisionBlock
   std::shared_ptr<Qwen2VLPatchMerger> merger;
 };
 
