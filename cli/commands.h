@@ -16,6 +16,8 @@ void add_export_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 // Registers what runs when subcommand `cmd` is the one chosen.
 void register_action(CLI::App* cmd, std::function<int()> fn);
 int run_selected(CLI::App& app);

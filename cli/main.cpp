@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   mm::cli::add_bench_command(app);
   mm::cli::add_tokenize_command(app);
   mm::cli::add_data_command(app);
+  mm::cli::add_generate_command(app);
+  mm::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
     return mm::cli::run_selected(app);

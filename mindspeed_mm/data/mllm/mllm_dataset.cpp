@@ -69,6 +69,17 @@ std::string parse_record(const json& j, const MllmAttr& a, const fs::path& root,
     }
     return "";
   };
+  auto strings = [&](const char* key, std::vector<std::string>& into) -> std::string {
+    if (!j.contains(key) || j.at(key).is_null()) return "";
+    if (!j.at(key).is_array()) return cat("'", key, "' is not a list of strings");
+    for (auto& v : j.at(key)) {
+      if (!v.is_string()) return cat("'", key, "' holds a non-string entry");
+      into.push_back(v.get<std::string>());
+    }
+    return "";
+  };
+  if (auto why = strings("answers", out.answers); !why.empty()) return why;
+  if (auto why = strings("options", out.options); !why.empty()) return why;
   if (auto why = media(a.images, out.images); !why.empty()) return why;
   if (auto why = media(a.videos, out.videos); !why.empty()) return why;
   int64_t n_img = 0, n_vid = 0;

@@ -31,6 +31,9 @@ struct MllmRecord {
   std::vector<ChatMessage> messages;  // roles normalised to system/user/assistant
   std::vector<std::string> images, videos;  // resolved paths
   std::string source;  // "train.jsonl:12" or "train.json[3]"
+  // Optional, for `mm eval`: "answers" (several reference answers, VQA-style) and "options"
+  // (the texts of a multiple-choice question's choices A, B, ...).
+  std::vector<std::string> answers, options;
 };
 
 struct BadRecord {
