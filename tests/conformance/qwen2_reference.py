@@ -90,9 +90,9 @@ def attention(x, p, cfg, cos, sin):
     B, S, _ = x.shape
     nh, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
     hd = cfg["hidden_size"] // nh
-    q = linear(x, p["q_proj.weight"], p["q_proj.bias"]).view(B, S, nh, hd).transpose(1, 2)
-    k = linear(x, p["k_proj.weight"], p["k_proj.bias"]).view(B, S, nkv, hd).transpose(1, 2)
-    v = linear(x, p["v_proj.weight"], p["v_proj.bias"]).view(B, S, nkv, hd).transpose(1, 2)
+    q = linear(x, p["q_proj.weight"], p.get("q_proj.bias")).view(B, S, nh, hd).transpose(1, 2)
+    k = linear(x, p["k_proj.weight"], p.get("k_proj.bias")).view(B, S, nkv, hd).transpose(1, 2)
+    v = linear(x, p["v_proj.weight"], p.get("v_proj.bias")).view(B, S, nkv, hd).transpose(1, 2)
     cos, sin = cos[:, None], sin[:, None]  # broadcast over heads
     q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
     # repeat_kv: each key/value head serves nh / nkv consecutive query heads.
@@ -111,10 +111,10 @@ def mlp(x, p):
                   p["down_proj.weight"])
 
 
-def forward(cfg, w, input_ids, position_ids):
+def forward(cfg, w, input_ids, position_ids, inputs_embeds=None):
     eps = cfg.get("rms_norm_eps", 1e-6)
     embed = w["model.embed_tokens.weight"]
-    h = embed[input_ids]
+    h = embed[input_ids] if inputs_embeds is None else inputs_embeds
     hd = cfg["hidden_size"] // cfg["num_attention_heads"]
     cos, sin = rotary_cos_sin(position_ids, hd, cfg.get("rope_theta", 10000.0), h.dtype)
     for i in range(cfg["num_hidden_layers"]):

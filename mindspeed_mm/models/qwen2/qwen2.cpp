@@ -30,7 +30,7 @@ const char* const kParsedKeys[] = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
     "hidden_act", "attention_dropout", "torch_dtype", "bos_token_id", "eos_token_id", "use_sliding_window",
-    "sliding_window", "max_window_layers", "initializer_range"};
+    "sliding_window", "max_window_layers", "initializer_range", "attention_bias"};
 
 std::string did_you_mean(const std::string& key) {
   std::vector<std::string> known(std::begin(kParsedKeys), std::end(kParsedKeys));
@@ -126,6 +126,7 @@ Qwen2Config Qwen2Config::from_json(const json& j, const std::string& source, boo
   f.opt("sliding_window", c.sliding_window);
   f.opt("max_window_layers", c.max_window_layers);
   f.opt("initializer_range", c.initializer_range);
+  f.opt("attention_bias", c.attention_bias);
 
   f.positive("vocab_size", c.vocab_size);
   f.positive("hidden_size", c.hidden_size);
@@ -177,6 +178,7 @@ nlohmann::json Qwen2Config::to_json() const {
   j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
   if (max_window_layers) j["max_window_layers"] = *max_window_layers;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (!attention_bias) j["attention_bias"] = false;
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_id.size() == 1) j["eos_token_id"] = eos_token_id[0];
   else if (!eos_token_id.empty()) j["eos_token_id"] = eos_token_id;
@@ -191,6 +193,13 @@ int64_t Qwen2Config::matmul_params() const {
                             + H * H       // o_proj
                             + 3 * H * I;  // gate_proj, up_proj, down_proj
   return num_hidden_layers * per_layer + H * vocab_size;  // + lm_head
+}
+
+int64_t Qwen2Config::num_parameters() const {
+  const int64_t H = hidden_size, KV = num_key_value_heads * head_dim(), I = intermediate_size;
+  const int64_t bias = attention_bias ? H + 2 * KV : 0;
+  const int64_t per_layer = 2 * H * H + 2 * H * KV + bias + 3 * H * I + 2 * H;  // projections, biases, 2 norms
+  return vocab_size * H + num_hidden_layers * per_layer + H + (tie_word_embeddings ? 0 : H * vocab_size);
 }
 
 // Training FLOPs per token (the llm.c / PaLM-appendix accounting):
@@ -217,9 +226,10 @@ double Qwen2Config::flops_per_token(int64_t seq_len) const {
 Qwen2Attention::Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype)
     : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim()) {
   const int64_t H = c.hidden_size;
-  q_proj = register_module("q_proj", std::make_shared<Linear>(H, num_heads * head_dim, true, dtype));
-  k_proj = register_module("k_proj", std::make_shared<Linear>(H, num_kv_heads * head_dim, true, dtype));
-  v_proj = register_module("v_proj", std::make_shared<Linear>(H, num_kv_heads * head_dim, true, dtype));
+  const bool bias = c.attention_bias;
+  q_proj = register_module("q_proj", std::make_shared<Linear>(H, num_heads * head_dim, bias, dtype));
+  k_proj = register_module("k_proj", std::make_shared<Linear>(H, num_kv_heads * head_dim, bias, dtype));
+  v_proj = register_module("v_proj", std::make_shared<Linear>(H, num_kv_heads * head_dim, bias, dtype));
   o_proj = register_module("o_proj", std::make_shared<Linear>(num_heads * head_dim, H, false, dtype));
 }
 
@@ -298,14 +308,18 @@ at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tens
 }
 
 at::Tensor Qwen2ForCausalLM::forward_multimodal(const MultimodalInputs& in) {
-  const at::Tensor& input_ids = in.input_ids;
-  MM_CHECK(input_ids.dim() == 2, "qwen2: input_ids must be [batch, seq] (got ", input_ids.sizes(), ")");
-  const int64_t B = input_ids.size(0), S = input_ids.size(1);
+  MM_CHECK(in.input_ids.dim() == 2, "qwen2: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
+  return forward_embeds(model->embed_tokens->forward(in.input_ids), in);
+}
+
+at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const MultimodalInputs& in) {
+  const int64_t B = h.size(0), S = h.size(1);
   const int64_t past = in.kv_cache ? in.kv_cache->length() : 0;
   at::Tensor pos = in.position_ids.defined()
                        ? in.position_ids
-                       : at::arange(past, past + S, input_ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, S});
-  at::Tensor h = model->embed_tokens->forward(input_ids);
+                       : at::arange(past, past + S, at::TensorOptions().dtype(at::kLong).device(h.device()))
+                             .unsqueeze(0)
+                             .expand({B, S});
   mm::nn::ForwardContext ctx = model->make_context(pos, h.scalar_type());
   ctx.attn_mask = in.attn_mask;
   ctx.kv_cache = in.kv_cache;

@@ -47,6 +47,8 @@ struct Qwen2Config {
   c10::optional<int64_t> sliding_window;
   c10::optional<int64_t> max_window_layers;
   double initializer_range = 0.02;
+  // q/k/v projection biases: always in Qwen2; LLaMA's attention_bias (default false there).
+  bool attention_bias = true;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
@@ -61,6 +63,8 @@ struct Qwen2Config {
   // (counted even when tied: the logits matmul is done either way). Biases, norms and the
   // embedding lookup are not matmuls.
   int64_t matmul_params() const;
+  // Every parameter of Qwen2ForCausalLM (closed form; equals the module tree's count).
+  int64_t num_parameters() const;
   // Training FLOPs per token, forward + backward, at sequence length seq_len. See qwen2.cpp.
   double flops_per_token(int64_t seq_len) const;
 };
@@ -113,6 +117,9 @@ class Qwen2ForCausalLM : public CausalLM {
                      const at::Tensor& attn_mask = {}) override;
   // The token fields of `in`; with in.kv_cache, positions continue after the cached tokens.
   at::Tensor forward_multimodal(const MultimodalInputs& in) override;
+  // The same from input embeddings [B, S, hidden] (a vision-language model's merged tokens);
+  // in.input_ids give only the shape, in.position_ids / attn_mask / kv_cache as above.
+  at::Tensor forward_embeds(const at::Tensor& inputs_embeds, const MultimodalInputs& in);
   // hidden [B, S, hidden] -> logits [B, S, vocab] (through embed_tokens.weight when tied).
   at::Tensor logits(const at::Tensor& hidden) const;
   // Linear/Embedding weights ~ N(0, initializer_range), biases 0, norm weights 1. Values are drawn
