@@ -40,8 +40,11 @@ class CausalLM : public mm::nn::Module {
   virtual void init_weights(uint64_t seed) = 0;
   // The HF config.json that reproduces this model.
   virtual nlohmann::json hf_config() const = 0;
-  // Training FLOPs (forward + backward) per token at sequence length seq_len.
+  // Training FLOPs (forward + backward) per text token at sequence length seq_len.
   virtual double flops_per_token(int64_t seq_len) const = 0;
+  // Training FLOPs of one batch: its real (non-padding) tokens at flops_per_token(S), plus what a
+  // vision tower spends on the batch's images and videos.
+  virtual double training_flops(const MultimodalInputs& in) const;
   // The repeated blocks (decoder layers) in order: the units plans wrap and shard.
   virtual std::vector<std::shared_ptr<mm::nn::Block>> blocks() = 0;
   virtual int64_t vocab_size() const = 0;
@@ -62,5 +65,21 @@ using ModelFactory =
     std::function<std::shared_ptr<CausalLM>(const nlohmann::json& hf_config, const std::string& source, bool strict)>;
 
 mm::Registry<ModelFactory>& model_registry();
+
+// Parameter counts by part ("vision tower", "projector", "language model") from the config
+// alone, without building the model: how `mm flops` sizes full-size models on any machine.
+struct ModelSize {
+  std::vector<std::pair<std::string, int64_t>> parts;
+  // Training FLOPs per text token at a sequence length; of one image of (height, width) pixels
+  // after the processor's resize (null for text models).
+  std::function<double(int64_t seq_len)> flops_per_token;
+  std::function<double(int64_t height, int64_t width)> image_flops;
+  int64_t total() const;
+};
+using ModelSizeFn = std::function<ModelSize(const nlohmann::json& hf_config, const std::string& source, bool strict)>;
+mm::Registry<ModelSizeFn>& model_size_registry();
+
+// Real tokens of a batch: attention_mask ones, else non-negative segment ids, else B * S.
+int64_t real_tokens(const MultimodalInputs& in);
 
 }  // namespace mm::models

@@ -85,7 +85,7 @@ std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int6
   return model;
 }
 
-at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) {
+models::MultimodalInputs batch_inputs(const data::Batch& b) {
   models::MultimodalInputs in;
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;
@@ -97,8 +97,10 @@ at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) {
   in.pixel_values_videos = b.pixel_values_videos;
   in.video_grid_thw = b.video_grid_thw;
   in.video_second_per_grid = b.video_second_per_grid;
-  return model.forward_multimodal(in);
+  return in;
 }
+
+at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) { return model.forward_multimodal(batch_inputs(b)); }
 
 double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16) {
   at::NoGradGuard no_grad;
@@ -163,7 +165,8 @@ TrainSummary train(const config::Config& cfg) {
   for (auto& p : model->parameters())
     if (p.requires_grad()) trainable += p.numel();
   log::info("model: ", cfg.model.id, " with ", model->num_parameters(), " parameters (", trainable, " trainable), ",
-            fmt(model->flops_per_token(seq_len) / 1e6, 2), " MFLOP per trained token");
+            fmt(model->flops_per_token(seq_len) / 1e6, 2), " MFLOP per text token",
+            model->has_vision() ? " (the vision tower's FLOPs are counted per image)" : "");
 
   auto optimizer = optimizer_registry().get(tc.optimizer.id, "training.optimizer.id")(
       default_param_groups(model->named_parameters(), tc.optimizer.lr_multipliers), tc.optimizer);
@@ -208,7 +211,6 @@ TrainSummary train(const config::Config& cfg) {
   const char* kill_env = std::getenv("MM_DEBUG_KILL_AT_ITER");
   const int64_t kill_at = kill_env ? std::atoll(kill_env) : -1;
 
-  const double flops_per_token = model->flops_per_token(seq_len);
   double tokens_total = 0, time_total = 0;
   auto save = [&] {
     std::string dir = checkpoint::save_train_checkpoint(tc.save_dir, state, model->hf_config(), *model, *optimizer);
@@ -221,10 +223,14 @@ TrainSummary train(const config::Config& cfg) {
     if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
     auto t0 = std::chrono::steady_clock::now();
     std::vector<data::Batch> micro;
-    int64_t step_tokens = 0;
+    int64_t step_tokens = 0, input_tokens = 0;  // labeled (the loss's normaliser); every real input token
+    double step_flops = 0;
     for (int64_t m = 0; m < tc.gradient_accumulation_steps; ++m) {
       micro.push_back(lm.train->next());
       step_tokens += micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>();
+      const models::MultimodalInputs in = batch_inputs(micro.back());
+      input_tokens += models::real_tokens(in);
+      step_flops += model->training_flops(in);
     }
     // Per-token loss over the whole step: each micro-batch's summed loss is divided by the step's
     // token count, so the gradient is the same for any split into micro-batches.
@@ -263,12 +269,12 @@ TrainSummary train(const config::Config& cfg) {
     sm.lr = lr;
     sm.grad_norm = grad_norm;
     sm.step_time_s = dt;
-    sm.tokens = step_tokens;
-    sm.tokens_per_s = step_tokens / dt;
-    sm.tflops = flops_per_token * step_tokens / dt / 1e12;
+    sm.tokens = input_tokens;
+    sm.tokens_per_s = input_tokens / dt;
+    sm.tflops = step_flops / dt / 1e12;
     sm.mfu = cfg.tools.peak_tflops > 0 ? sm.tflops / cfg.tools.peak_tflops : -1;
     sm.skipped_samples = lm.train->skipped_samples();
-    tokens_total += step_tokens;
+    tokens_total += input_tokens;
     time_total += dt;
     progress.step(sm);
 

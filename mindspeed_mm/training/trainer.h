@@ -32,7 +32,9 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
 std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
                                               const std::string* source_file = nullptr);
 
-// Logits of one batch: its position ids, and a per-sample attention mask for packed rows.
+// A batch as the model sees it: its position ids, and a per-sample attention mask for packed rows.
+models::MultimodalInputs batch_inputs(const data::Batch& batch);
+// Logits of one batch (forward_multimodal of batch_inputs).
 at::Tensor forward_batch(models::CausalLM& model, const data::Batch& batch);
 
 // Mean per-token loss over the first max_batches validation batches (all when 0), in order.

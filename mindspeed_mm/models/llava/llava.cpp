@@ -149,14 +149,31 @@ json LlavaConfig::to_json() const {
           {"multimodal_projector_bias", multimodal_projector_bias}};
 }
 
-int64_t LlavaConfig::num_parameters() const {
-  const int64_t E = vision.hidden_size, I = vision.intermediate_size, H = text.hidden_size;
+int64_t LlavaConfig::vision_parameters() const {
+  const int64_t E = vision.hidden_size, I = vision.intermediate_size;
   const int64_t P = vision.patch_size, C = vision.num_channels, N = vision.num_patches() + 1;
   const int64_t layer = 4 * (E * E + E) + (E * I + I) + (I * E + E) + 4 * E;
-  const int64_t tower = E + E * C * P * P + N * E + 2 * E + vision.num_hidden_layers * layer + 2 * E;
-  const int64_t bias = multimodal_projector_bias ? 1 : 0;
-  const int64_t projector = E * H + bias * H + H * H + bias * H;
-  return tower + projector + text.num_parameters();
+  return E + E * C * P * P + N * E + 2 * E + vision.num_hidden_layers * layer + 2 * E;
+}
+
+int64_t LlavaConfig::projector_parameters() const {
+  const int64_t E = vision.hidden_size, H = text.hidden_size, bias = multimodal_projector_bias ? 1 : 0;
+  return E * H + bias * H + H * H + bias * H;
+}
+
+int64_t LlavaConfig::num_parameters() const {
+  return vision_parameters() + projector_parameters() + text.num_parameters();
+}
+
+double LlavaConfig::vision_training_flops(int64_t images) const {
+  const double E = static_cast<double>(vision.hidden_size), I = static_cast<double>(vision.intermediate_size);
+  const double H = static_cast<double>(text.hidden_size), np = static_cast<double>(vision.num_patches());
+  const double T = np + 1, L = static_cast<double>(vision_layers_used());
+  const double patch = static_cast<double>(vision.num_channels * vision.patch_size * vision.patch_size) * E;
+  const double per_image = 6 * (np * patch + L * T * (4 * E * E + 2 * E * I) +
+                                static_cast<double>(image_tokens()) * (E * H + H * H)) +
+                           12 * E * T * T * L;
+  return per_image * static_cast<double>(images);
 }
 
 ClipAttention::ClipAttention(const ClipVisionConfig& c, at::ScalarType dtype)
@@ -304,7 +321,20 @@ at::Tensor LlavaForConditionalGeneration::forward_multimodal(const MultimodalInp
   return language_model->forward_embeds(h, in);
 }
 
+double LlavaForConditionalGeneration::training_flops(const MultimodalInputs& in) const {
+  return CausalLM::training_flops(in) + config.vision_training_flops(in.pixel_values.defined() ? in.pixel_values.size(0) : 0);
+}
+
 namespace {
+const mm::Registrar kSizeLlava(model_size_registry(), "llava", [](const json& hf, const std::string& source, bool strict) {
+  LlavaConfig c = LlavaConfig::from_json(hf, source, strict);
+  ModelSize s{{{"vision tower", c.vision_parameters()},
+               {"projector", c.projector_parameters()},
+               {"language model", c.text.num_parameters()}}};
+  s.flops_per_token = [c](int64_t seq) { return c.text.flops_per_token(seq); };
+  s.image_flops = [c](int64_t, int64_t) { return c.vision_training_flops(1); };  // resized to image_size
+  return s;
+});
 const mm::Registrar kRegisterLlava(model_registry(), "llava", [](const json& hf, const std::string& source, bool strict) {
   return std::static_pointer_cast<CausalLM>(
       std::make_shared<LlavaForConditionalGeneration>(LlavaConfig::from_json(hf, source, strict)));

@@ -57,6 +57,10 @@ struct LlavaConfig {
   static LlavaConfig from_json(const nlohmann::json& j, const std::string& source, bool strict);
   nlohmann::json to_json() const;
   int64_t num_parameters() const;  // closed form, as the module tree counts
+  int64_t vision_parameters() const;     // vision_tower.*
+  int64_t projector_parameters() const;  // multi_modal_projector.*
+  // Training FLOPs of the tower (up to the feature layer) and projector on `images` images.
+  double vision_training_flops(int64_t images) const;
 };
 
 class ClipAttention : public mm::nn::Module {
@@ -107,6 +111,7 @@ class LlavaForConditionalGeneration : public CausalLM {
   void init_weights(uint64_t seed) override;
   nlohmann::json hf_config() const override { return config.to_json(); }
   double flops_per_token(int64_t seq_len) const override { return config.text.flops_per_token(seq_len); }
+  double training_flops(const MultimodalInputs& in) const override;
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override { return language_model->blocks(); }
   int64_t vocab_size() const override { return config.text.vocab_size; }
   bool has_vision() const override { return true; }

@@ -354,6 +354,12 @@ std::vector<std::shared_ptr<mm::nn::Block>> Qwen2ForCausalLM::blocks() {
 }
 
 namespace {
+const mm::Registrar kSizeQwen2(model_size_registry(), "qwen2", [](const nlohmann::json& hf, const std::string& source, bool strict) {
+  Qwen2Config c = Qwen2Config::from_json(hf, source, strict);
+  ModelSize s{{{"language model", c.num_parameters()}}};
+  s.flops_per_token = [c](int64_t seq) { return c.flops_per_token(seq); };
+  return s;
+});
 const mm::Registrar kRegisterQwen2(model_registry(), "qwen2", [](const nlohmann::json& hf_config, const std::string& source, bool strict) {
   return std::static_pointer_cast<CausalLM>(
       std::make_shared<Qwen2ForCausalLM>(Qwen2Config::from_json(hf_config, source, strict)));

@@ -183,7 +183,29 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   return logits(model->forward(h, ctx));
 }
 
+double Qwen2VLForConditionalGeneration::training_flops(const MultimodalInputs& in) const {
+  return CausalLM::training_flops(in) + vl_config.vision.training_flops(in.image_grid_thw) +
+         vl_config.vision.training_flops(in.video_grid_thw);
+}
+
 namespace {
+ModelSize vl_size(const json& hf, const std::string& source, bool strict, bool qwen2_5) {
+  Qwen2VLConfig c = Qwen2VLConfig::from_json(hf, source, strict, qwen2_5);
+  ModelSize s{{{"vision tower (with merger)", c.vision.num_parameters()}, {"language model", c.text.num_parameters()}}};
+  s.flops_per_token = [c](int64_t seq) { return c.text.flops_per_token(seq); };
+  s.image_flops = [c](int64_t h, int64_t w) {
+    at::Tensor g = at::tensor(std::vector<int64_t>{1, h / c.vision.patch_size, w / c.vision.patch_size}, at::kLong).view({1, 3});
+    return c.vision.training_flops(g);
+  };
+  return s;
+}
+const mm::Registrar kSizeQwen2VL(model_size_registry(), "qwen2_vl", [](const json& hf, const std::string& source, bool strict) {
+  return vl_size(hf, source, strict, false);
+});
+const mm::Registrar kSizeQwen2_5VL(model_size_registry(), "qwen2_5_vl",
+                                   [](const json& hf, const std::string& source, bool strict) {
+                                     return vl_size(hf, source, strict, true);
+                                   });
 const mm::Registrar kRegisterQwen2VL(model_registry(), "qwen2_vl", [](const json& hf, const std::string& source, bool strict) {
   return std::static_pointer_cast<CausalLM>(
       std::make_shared<Qwen2VLForConditionalGeneration>(Qwen2VLConfig::from_json(hf, source, strict)));

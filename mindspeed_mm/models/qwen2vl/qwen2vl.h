@@ -46,6 +46,8 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   // matrices and the patch embedding, zero biases, unit LayerNorms.
   void init_weights(uint64_t seed) override;
   nlohmann::json hf_config() const override { return vl_config.to_json(); }
+  // The decoder's FLOPs on the real tokens plus the vision tower's on the batch's grids.
+  double training_flops(const MultimodalInputs& in) const override;
   std::string type_name() const override {
     return vl_config.qwen2_5 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration";
   }

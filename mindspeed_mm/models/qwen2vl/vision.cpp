@@ -104,6 +104,40 @@ int64_t Qwen2VLVisionConfig::num_parameters() const {
   return E * patch_dim() + depth * (attention + mlp + norms) + merger;
 }
 
+double Qwen2VLVisionConfig::training_flops(const at::Tensor& grid_thw) const {
+  if (!grid_thw.defined() || grid_thw.numel() == 0) return 0;
+  const double E = static_cast<double>(embed_dim), I = static_cast<double>(mlp_hidden());
+  const int64_t m = spatial_merge_size;
+  const double W = E * static_cast<double>(m * m);
+  const double per_patch = static_cast<double>(patch_dim()) * E +
+                           static_cast<double>(depth) * (4 * E * E + (qwen2_5 ? 3 : 2) * E * I);
+  const double per_unit = W * W + W * static_cast<double>(hidden_size);
+  at::Tensor g = grid_thw.to(at::kLong).contiguous();
+  double patches = 0, frame_sq = 0;
+  for (int64_t i = 0; i < g.size(0); ++i) {
+    const double t = static_cast<double>(g[i][0].item<int64_t>()), hw = static_cast<double>(g[i][1].item<int64_t>() * g[i][2].item<int64_t>());
+    patches += t * hw;
+    frame_sq += t * hw * hw;
+  }
+  double window_sq = frame_sq;
+  if (qwen2_5) {
+    const WindowIndex wi = qwen2_5_vl_window_index(g, window_units(), m);
+    window_sq = 0;
+    for (size_t w = 0; w + 1 < wi.cu_seqlens.size(); ++w) {
+      const double L = static_cast<double>(wi.cu_seqlens[w + 1] - wi.cu_seqlens[w]);
+      window_sq += L * L;
+    }
+  }
+  int64_t full_blocks = depth;
+  if (qwen2_5) {
+    full_blocks = 0;
+    for (int64_t b : fullatt_block_indexes) full_blocks += b < depth;
+  }
+  const double attention = 12 * E * (static_cast<double>(full_blocks) * frame_sq +
+                                     static_cast<double>(depth - full_blocks) * window_sq);
+  return 6 * (per_patch * patches + per_unit * patches / static_cast<double>(m * m)) + attention;
+}
+
 Qwen2VLVisionAttention::Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype)
     : num_heads(c.num_heads), head_dim(c.head_dim()) {
   qkv = register_module("qkv", std::make_shared<Linear>(c.embed_dim, 3 * c.embed_dim, true, dtype));

@@ -64,6 +64,9 @@ struct Qwen2VLVisionConfig {
   static Qwen2VLVisionConfig from_json(const nlohmann::json& j, const std::string& source, bool qwen2_5 = false);
   nlohmann::json to_json() const;
   int64_t num_parameters() const;  // closed form, checked against the module tree in tests
+  // Training FLOPs (forward + backward, 6 per matmul weight and patch; attention 12 * embed *
+  // keys per query and block, over each frame or window) of the tower on these grids [n, 3].
+  double training_flops(const at::Tensor& grid_thw) const;
 };
 
 class Qwen2VLVisionAttention : public mm::nn::Module {

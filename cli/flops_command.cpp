@@ -1,0 +1,103 @@
+// `mm flops CONFIG.yaml [overrides]`: a model's parameter count by part and its training FLOPs,
+// from the config alone (no weights are allocated, so full-size models size on a laptop).
+#include <cmath>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/data/media/qwen2vl_image_processor.h"
+#include "mindspeed_mm/models/model_registry.h"
+#include "mindspeed_mm/training/trainer.h"
+
+namespace mm::cli {
+namespace {
+
+struct FlopsArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int64_t seq_len = 0;
+  int64_t image_height = 0, image_width = 0;
+} flops_args;
+
+std::string grouped(int64_t v) {
+  std::string s = std::to_string(v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+// 2.21B / 665M / 93.4K: three significant digits.
+std::string short_count(double v) {
+  const char* unit = "";
+  double x = v;
+  if (v >= 1e9) x = v / 1e9, unit = "B";
+  else if (v >= 1e6) x = v / 1e6, unit = "M";
+  else if (v >= 1e3) x = v / 1e3, unit = "K";
+  char b[32];
+  std::snprintf(b, sizeof b, x >= 100 ? "%.0f%s" : x >= 10 ? "%.1f%s" : "%.2f%s", x, unit);
+  return b;
+}
+
+std::string flops_text(double f) {
+  const char* unit = "FLOP";
+  double x = f;
+  if (f >= 1e12) x = f / 1e12, unit = "TFLOP";
+  else if (f >= 1e9) x = f / 1e9, unit = "GFLOP";
+  else if (f >= 1e6) x = f / 1e6, unit = "MFLOP";
+  char b[48];
+  std::snprintf(b, sizeof b, "%.3g %s", x, unit);
+  return b;
+}
+
+int run_flops() {
+  config::Config cfg = config::load_config(flops_args.config, flops_args.overrides);
+  bool strict = true;
+  // Full-size configs name their vocabulary; 0 means "take the tokenizer's" and is refused below.
+  nlohmann::json hf = training::resolve_hf_config(cfg.model, 0, &strict);
+  if (hf.value("vocab_size", int64_t(0)) == 0) {
+    if (cfg.model.id != "llava")  // llava's vocabulary is text_config's
+      throw ConfigError(cat("config: model.config.vocab_size is needed to size the model in ", flops_args.config));
+    hf.erase("vocab_size");
+  }
+  const models::ModelSize size = models::model_size_registry().get(cfg.model.id, "model.id")(
+      hf, "model.config in " + flops_args.config, strict);
+  std::printf("model: %s (%s)\n", cfg.model.id.c_str(), flops_args.config.c_str());
+  std::printf("parameters:\n");
+  for (const auto& [part, n] : size.parts)
+    std::printf("  %-28s %16s  (%s)\n", part.c_str(), grouped(n).c_str(), short_count(static_cast<double>(n)).c_str());
+  std::printf("  %-28s %16s  (%s)\n", "total", grouped(size.total()).c_str(), short_count(static_cast<double>(size.total())).c_str());
+  const int64_t seq = flops_args.seq_len > 0 ? flops_args.seq_len : (cfg.data.dataset == "mllm" ? cfg.data.cutoff_len : cfg.data.seq_len);
+  std::printf("training FLOPs (forward + backward):\n");
+  std::printf("  per text token at sequence length %lld: %s\n", static_cast<long long>(seq),
+              flops_text(size.flops_per_token(seq)).c_str());
+  if (size.image_flops) {
+    const auto& p = cfg.data.processor;
+    int h = static_cast<int>(flops_args.image_height > 0 ? flops_args.image_height : 448);
+    int w = static_cast<int>(flops_args.image_width > 0 ? flops_args.image_width : 448);
+    if (p.type == "qwen2vl") {
+      std::tie(h, w) = data::smart_resize(h, w, static_cast<int>(p.patch_size * p.merge_size), p.min_pixels, p.max_pixels);
+    } else {
+      h = w = static_cast<int>(p.image_size);
+    }
+    std::printf("  per %dx%d image (after the processor's resize): %s\n", w, h, flops_text(size.image_flops(h, w)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_flops_command(CLI::App& app) {
+  auto* c = app.add_subcommand("flops", "Parameter count by part and training FLOPs of a config's model, allocating no weights");
+  c->add_option("config", flops_args.config, "YAML config (its model and data sections)")->required();
+  c->add_option("overrides", flops_args.overrides, "key.sub=value overrides");
+  c->add_option("--seq-len", flops_args.seq_len, "sequence length for the attention term (default: data.cutoff_len / seq_len)");
+  c->add_option("--image-height", flops_args.image_height, "image height in pixels before the processor's resize (448)");
+  c->add_option("--image-width", flops_args.image_width, "image width in pixels before the processor's resize (448)");
+  c->footer("Examples:\n  mm flops examples/qwen2vl/qwen2vl_2b.yaml\n  mm flops examples/qwen2.5vl/qwen2.5vl_7b.yaml --seq-len 8192");
+  register_action(c, run_flops);
+}
+
+}  // namespace mm::cli
