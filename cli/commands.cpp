@@ -11,6 +11,7 @@
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/inference/model_loader.h"
 #include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/tools/peak_flops.h"
 #include "mindspeed_mm/training/trainer.h"
@@ -112,17 +113,10 @@ void add_export_command(CLI::App& app) {
   c->add_option("--out", export_args.out, "output directory (config.json + safetensors)")->required();
   c->add_option("--max-shard-gb", export_args.max_shard_gb, "shard size in GB (HF default 5)");
   actions()[c] = [] {
-    std::string dir = export_args.checkpoint;
-    std::string latest = checkpoint::resolve_resume_dir("auto", dir);
-    if (!latest.empty()) dir = latest;
-    nlohmann::json hf = checkpoint::read_hf_config(dir);
-    std::string id = hf.value("model_type", "qwen2");
-    auto model = models::model_registry().get(id, "config.json model_type")(hf, dir + "/config.json", false);
-    checkpoint::load_model_weights(*model, dir + "/model.safetensors", {},
-                                   [&](const std::string& k) { return model->parameter_name(k); });
-    checkpoint::export_hf_directory(export_args.out, model->hf_config(), *model,
+    inference::LoadedModel m = inference::load_model(export_args.checkpoint);
+    checkpoint::export_hf_directory(export_args.out, m.model->hf_config(), *m.model,
                                     static_cast<uint64_t>(export_args.max_shard_gb * (1ull << 30)));
-    std::printf("exported %s (%lld parameters) to %s\n", dir.c_str(), static_cast<long long>(model->num_parameters()),
+    std::printf("exported %s (%lld parameters) to %s\n", m.dir.c_str(), static_cast<long long>(m.model->num_parameters()),
                 export_args.out.c_str());
     return 0;
   };

@@ -29,27 +29,24 @@ std::string grouped(int64_t v) {
   return out;
 }
 
-// 2.21B / 665M / 93.4K: three significant digits.
-std::string short_count(double v) {
-  const char* unit = "";
+// v in the largest of `units` (scale, suffix) it reaches, three significant digits: 2.21B, 665M.
+std::string scaled(double v, std::initializer_list<std::pair<double, const char*>> units, const char* fallback) {
   double x = v;
-  if (v >= 1e9) x = v / 1e9, unit = "B";
-  else if (v >= 1e6) x = v / 1e6, unit = "M";
-  else if (v >= 1e3) x = v / 1e3, unit = "K";
-  char b[32];
+  const char* unit = fallback;
+  for (const auto& [scale, name] : units)
+    if (v >= scale) {
+      x = v / scale;
+      unit = name;
+      break;
+    }
+  char b[48];
   std::snprintf(b, sizeof b, x >= 100 ? "%.0f%s" : x >= 10 ? "%.1f%s" : "%.2f%s", x, unit);
   return b;
 }
 
+std::string short_count(double v) { return scaled(v, {{1e9, "B"}, {1e6, "M"}, {1e3, "K"}}, ""); }
 std::string flops_text(double f) {
-  const char* unit = "FLOP";
-  double x = f;
-  if (f >= 1e12) x = f / 1e12, unit = "TFLOP";
-  else if (f >= 1e9) x = f / 1e9, unit = "GFLOP";
-  else if (f >= 1e6) x = f / 1e6, unit = "MFLOP";
-  char b[48];
-  std::snprintf(b, sizeof b, "%.3g %s", x, unit);
-  return b;
+  return scaled(f, {{1e12, " TFLOP"}, {1e9, " GFLOP"}, {1e6, " MFLOP"}}, " FLOP");
 }
 
 int run_flops() {

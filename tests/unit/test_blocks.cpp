@@ -6,6 +6,9 @@
 #include <limits>
 #include <vector>
 
+#include <torch/csrc/autograd/autograd.h>
+
+#include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/common/mlp.h"
@@ -250,3 +253,25 @@ TEST(Blocks, CrossEntropyIgnoresMinus100) {
 }
 
 }  // namespace
+
+// Variable-length attention over cu_seqlens equals attention with the block-diagonal segment
+// mask (float64, to rounding), including runs of equal lengths, a lone segment and gradients.
+TEST(Blocks, SegmentAttentionEqualsTheSegmentMask) {
+  const std::vector<int64_t> cu = {0, 4, 8, 12, 15, 23, 31, 32};  // runs of 4 x3, 3, 8 x2, 1
+  const int64_t N = cu.back(), H = 2, D = 5;
+  auto opts = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor q = at::randn({1, H, N, D}, opts).requires_grad_(), k = at::randn({1, H, N, D}, opts).requires_grad_(),
+             v = at::randn({1, H, N, D}, opts).requires_grad_();
+  std::vector<int64_t> seg(static_cast<size_t>(N));
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int64_t i = cu[s]; i < cu[s + 1]; ++i) seg[static_cast<size_t>(i)] = static_cast<int64_t>(s);
+  at::Tensor mask = mm::models::segment_attention_mask(at::tensor(seg, at::kLong).unsqueeze(0));
+  at::Tensor ref = mm::models::scaled_dot_product_attention(q, k, v, mask, false);
+  at::Tensor got = mm::models::segment_attention(q, k, v, cu);
+  EXPECT_LT((got - ref).abs().max().item<double>(), 1e-12);
+  at::Tensor w = at::randn_like(ref);
+  auto g_ref = torch::autograd::grad({(ref * w).sum()}, {q, k, v});
+  auto g_got = torch::autograd::grad({(got * w).sum()}, {q, k, v});
+  for (int i = 0; i < 3; ++i) EXPECT_LT((g_got[i] - g_ref[i]).abs().max().item<double>(), 1e-12) << i;
+  EXPECT_THROW(mm::models::segment_attention(q, k, v, {0, 5}), mm::Error);
+}

@@ -15,6 +15,7 @@
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/models/llava/llava.h"
+#include "hf_model_dir.h"
 #include "run_command.h"
 
 using namespace mm::models;
@@ -162,9 +163,7 @@ TEST(Llava, HFDirectoryRoundTripInBothNamings) {
   mm::checkpoint::export_hf_directory(dir + "/new", m->hf_config(), *m);
   mm::st::save_hf_weights(dir + "/new", renamed);
   for (const char* sub : {"/old", "/new"}) {
-    json cfg = mm::checkpoint::read_hf_config(dir + sub);
-    auto back = model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir + sub, false);
-    mm::checkpoint::load_model_weights(*back, dir + sub, {}, [&](const std::string& k) { return back->parameter_name(k); });
+    auto back = mm::test::load_hf_model(dir + sub);
     EXPECT_TRUE(at::equal(back->forward_multimodal(in), ref)) << sub;
   }
 }

@@ -20,6 +20,7 @@
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/plans.h"
+#include "hf_model_dir.h"
 #include "run_command.h"
 
 using namespace mm::models;
@@ -161,9 +162,7 @@ TEST(Qwen2VL, HFDirectoryRoundTripInBothNamings) {
   mm::checkpoint::export_hf_directory(dir + "/new", vl->hf_config(), *vl);
   mm::st::save_hf_weights(dir + "/new", renamed);
   for (const char* sub : {"/old", "/new"}) {
-    json cfg = mm::checkpoint::read_hf_config(dir + sub);
-    auto back = model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir + sub, false);
-    mm::checkpoint::load_model_weights(*back, dir + sub, {}, [&](const std::string& k) { return back->parameter_name(k); });
+    auto back = mm::test::load_hf_model(dir + sub);
     EXPECT_TRUE(at::equal(back->forward_multimodal(in), ref)) << sub;
   }
   // A checkpoint that does not fit names its own spelling of the offenders.
@@ -272,8 +271,6 @@ TEST(Qwen2_5VL, ConfigRegistryAndHFRoundTripWithVideo) {
   EXPECT_EQ(pos[0][0][13].item<int64_t>() - pos[0][0][9].item<int64_t>(), 2);  // pads 9..12, 13..16
   const std::string dir = mm::test::fresh_dir("qwen2_5vl_hf");
   mm::checkpoint::export_hf_directory(dir, vl->hf_config(), *vl);
-  json cfg = mm::checkpoint::read_hf_config(dir);
-  auto back = model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir, false);
-  mm::checkpoint::load_model_weights(*back, dir, {}, [&](const std::string& k) { return back->parameter_name(k); });
+  auto back = mm::test::load_hf_model(dir);
   EXPECT_TRUE(at::equal(back->forward_multimodal(in), ref));
 }

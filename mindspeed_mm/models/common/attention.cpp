@@ -119,4 +119,29 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
 #endif
 }
 
+at::Tensor segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const std::vector<int64_t>& cu) {
+  MM_CHECK(q.dim() == 4 && q.size(0) == 1 && !cu.empty() && cu.front() == 0 && cu.back() == q.size(2),
+           "segment_attention: q must be [1, H, N, D] with cu_seqlens from 0 to N (got ", q.sizes(), ", ", cu.size(),
+           " boundaries)");
+  const int64_t H = q.size(1), D = q.size(3), Dv = v.size(3);
+  std::vector<at::Tensor> parts;
+  for (size_t i = 0; i + 1 < cu.size();) {
+    const int64_t L = cu[i + 1] - cu[i];
+    size_t j = i + 1;
+    while (j + 1 < cu.size() && cu[j + 1] - cu[j] == L) ++j;
+    const int64_t n = static_cast<int64_t>(j - i), start = cu[i];
+    if (L > 0) {
+      // [1, H, n * L, D] -> [n, H, L, D]: segment s of the run is batch element s.
+      auto batched = [&](const at::Tensor& t, int64_t d) {
+        return t.narrow(2, start, n * L).reshape({H, n, L, d}).transpose(0, 1);
+      };
+      at::Tensor o = scaled_dot_product_attention(batched(q, D), batched(k, D), batched(v, Dv), {}, /*causal=*/false);
+      parts.push_back(o.transpose(0, 1).reshape({1, H, n * L, Dv}));
+    }
+    i = j;
+  }
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+}
+
 }  // namespace mm::models

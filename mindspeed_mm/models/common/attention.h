@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Optional.h>
 
+#include <vector>
+
 namespace mm::models {
 
 // q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq % Hkv == 0 (kv head h serves query heads
@@ -28,6 +30,13 @@ at::Tensor scaled_dot_product_attention_math(const at::Tensor& q, const at::Tens
 // true where query and key belong to the same segment. Padding (-1) forms a segment of its own,
 // so its rows are never empty. Combine with causal = true.
 at::Tensor segment_attention_mask(const at::Tensor& segment_ids);
+
+// Variable-length attention without a mask (flash-attn's varlen, cu_seqlens): q, k, v
+// [1, H, N, D] hold consecutive segments [cu[i], cu[i+1]) (cu[0] = 0, cu.back() = N) and each
+// token attends only to its own segment, non-causally. Runs of equal-length segments go through
+// one batched attention each, so cost is sum(L^2), not N^2, and segments never mix.
+at::Tensor segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const std::vector<int64_t>& cu_seqlens);
 
 // [B, Hkv, T, D] -> [B, Hkv * n_rep, T, D], each kv head repeated n_rep times in place.
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);

@@ -152,7 +152,15 @@ at::Tensor Qwen2VLVisionAttention::forward(const at::Tensor& x, const mm::nn::Fo
   // HF rotates in fp32 and casts back (apply_rotary_pos_emb_vision).
   const auto dtype = q.scalar_type();
   std::tie(q, k) = apply_rope(q.to(at::kFloat), k.to(at::kFloat), ctx.cos, ctx.sin);
-  at::Tensor o = scaled_dot_product_attention(q.to(dtype), k.to(dtype), v, ctx.attn_mask, /*causal=*/false);
+  q = q.to(dtype);
+  k = k.to(dtype);
+  at::Tensor o;
+  if (ctx.cu_seqlens.defined()) {
+    at::Tensor cu = ctx.cu_seqlens.to(at::kLong).contiguous();
+    o = segment_attention(q, k, v, std::vector<int64_t>(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel()));
+  } else {
+    o = scaled_dot_product_attention(q, k, v, ctx.attn_mask, /*causal=*/false);
+  }
   return proj->forward(o.squeeze(0).transpose(0, 1).reshape({N, num_heads * head_dim}));
 }
 
@@ -275,25 +283,23 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
            grid_thw.sizes(), ")");
   at::Tensor g = grid_thw.to(at::kLong).contiguous();
   const int64_t m = config.spatial_merge_size;
-  // One attention segment per temporal patch of each image or video.
-  std::vector<int64_t> segment;
-  segment.reserve(static_cast<size_t>(pixel_values.size(0)));
-  int64_t seg = 0;
+  // One attention segment per temporal patch of each image or video (cu_seqlens).
+  std::vector<int64_t> frames = {0};
   for (int64_t i = 0; i < g.size(0); ++i) {
     const int64_t t = g[i][0].item<int64_t>(), h = g[i][1].item<int64_t>(), w = g[i][2].item<int64_t>();
     MM_CHECK(t > 0 && h % m == 0 && w % m == 0 && h > 0 && w > 0, "qwen2vl vision: grid ", i, " (", t, ", ", h, ", ", w,
              ") must be positive with h and w multiples of ", m);
-    for (int64_t f = 0; f < t; ++f, ++seg) segment.insert(segment.end(), static_cast<size_t>(h * w), seg);
+    for (int64_t f = 0; f < t; ++f) frames.push_back(frames.back() + h * w);
   }
-  MM_CHECK(static_cast<int64_t>(segment.size()) == pixel_values.size(0), "qwen2vl vision: the grids cover ",
-           segment.size(), " patches but pixel_values has ", pixel_values.size(0));
+  MM_CHECK(frames.back() == pixel_values.size(0), "qwen2vl vision: the grids cover ", frames.back(),
+           " patches but pixel_values has ", pixel_values.size(0));
 
   const auto dtype = patch_embed_weight.scalar_type();
   // Conv3d with kernel = stride over one patch each: a matmul with the flattened kernel.
   at::Tensor h = at::matmul(pixel_values.to(dtype), patch_embed_weight.reshape({config.embed_dim, -1}).t());
   at::Tensor angles = rotary_angles(g);
-  at::Tensor frame_mask = segment_attention_mask(at::tensor(segment, at::kLong).unsqueeze(0));
-  at::Tensor window_mask, unit_order;
+  const at::Tensor frame_cu = at::tensor(frames, at::kLong);
+  at::Tensor window_cu, unit_order;
   if (config.qwen2_5) {
     // Window order: reorder whole merge units (patches and their rotary angles); frames stay
     // contiguous and in order, so the per-frame segments above still hold.
@@ -303,11 +309,7 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
     at::Tensor patch_order = (unit_order.unsqueeze(1) * unit + at::arange(unit, at::kLong).unsqueeze(0)).reshape({N});
     h = h.index_select(0, patch_order.to(h.device()));
     angles = angles.index_select(0, patch_order);
-    std::vector<int64_t> window_segment(static_cast<size_t>(N));
-    for (size_t w = 0; w + 1 < wi.cu_seqlens.size(); ++w)
-      std::fill(window_segment.begin() + wi.cu_seqlens[w], window_segment.begin() + wi.cu_seqlens[w + 1],
-                static_cast<int64_t>(w));
-    window_mask = segment_attention_mask(at::tensor(window_segment, at::kLong).unsqueeze(0));
+    window_cu = at::tensor(wi.cu_seqlens, at::kLong);
   }
   at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(0).unsqueeze(0);  // [1, 1, N, head_dim]
   mm::nn::ForwardContext ctx;
@@ -319,7 +321,7 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
     ctx.layer_index = static_cast<int64_t>(i);
     const bool windowed =
         config.qwen2_5 && std::find(full.begin(), full.end(), static_cast<int64_t>(i)) == full.end();
-    ctx.attn_mask = (windowed ? window_mask : frame_mask).to(h.device());
+    ctx.cu_seqlens = windowed ? window_cu : frame_cu;
     h = blocks[i]->call(h, ctx);
   }
   at::Tensor merged = merger->forward(h);

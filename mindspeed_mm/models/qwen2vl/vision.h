@@ -72,7 +72,8 @@ struct Qwen2VLVisionConfig {
 class Qwen2VLVisionAttention : public mm::nn::Module {
  public:
   Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype);
-  // x [N, embed]; ctx.cos/sin [1, 1, N, head_dim]; ctx.attn_mask bool [1, 1, N, N].
+  // x [N, embed]; ctx.cos/sin [1, 1, N, head_dim]; ctx.cu_seqlens: the segments attention stays in
+  // (else ctx.attn_mask, bool [1, 1, N, N]).
   at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
   std::string type_name() const override { return "Qwen2VLVisionAttention"; }
 
