@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: deps build quickstart test bench clean
+.PHONY: deps build quickstart quickstart-text test bench clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -18,6 +18,9 @@ build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 quickstart: build
+	bash examples/qwen2vl/quickstart.sh $(BUILD)/mm
+
+quickstart-text: build
 	bash examples/qwen2/quickstart.sh $(BUILD)/mm
 
 test: build
@@ -26,6 +29,7 @@ test: build
 bench: build
 	bash bench/run_train_step.sh $(BUILD)
 	bash bench/run_loader.sh $(BUILD)
+	bash bench/run_vl_step.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
