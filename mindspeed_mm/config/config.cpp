@@ -19,28 +19,29 @@ YAML::Node load_yaml(const std::string& text, const std::string& name) {
 }
 
 // Rules that involve more than one field.
-void validate(const Config& c, const Source& src) {
+void validate(const Config& c, const Source& src, bool for_training) {
   auto fail = [&](const std::string& msg) { throw ConfigError(cat("config: ", msg, " in ", src.file)); };
   const auto& p = c.parallel;
   if (p.data_parallel_replicate_size * p.data_parallel_shard_size * p.context_parallel_size * p.tensor_parallel_size != 1)
     fail("parallel sizes other than 1 need the distributed runtime, which this build does not have yet");
-  if (c.data.paths.empty()) fail("data.paths must name at least one file or directory");
+  if (for_training && c.data.paths.empty()) fail("data.paths must name at least one file or directory");
   if (c.model.config.is_null() || (!c.model.config.is_object()))
     fail("model.config must be a mapping of Hugging Face config.json fields");
-  if (c.model.pretrained.empty() && c.model.config_path.empty() && c.model.config.empty())
+  if (for_training && c.model.pretrained.empty() && c.model.config_path.empty() && c.model.config.empty())
     fail("model needs one of model.pretrained, model.config_path or model.config");
   if (c.training.optimizer.betas.size() != 2)
     fail(cat("training.optimizer.betas must hold 2 numbers (got ", c.training.optimizer.betas.size(), ")"));
   if (c.training.lr_schedule.min_lr > c.training.optimizer.lr)
     fail(cat("training.lr_schedule.min_lr (", c.training.lr_schedule.min_lr, ") must be <= training.optimizer.lr (",
              c.training.optimizer.lr, ")"));
-  if (c.training.resume == "auto" && c.training.save_dir.empty())
+  if (for_training && c.training.resume == "auto" && c.training.save_dir.empty())
     fail("training.resume: auto needs training.save_dir");
 }
 
 }  // namespace
 
-Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides) {
+Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides,
+                    bool for_training) {
   Source src;
   src.file = name;
   YAML::Node root = load_yaml(yaml_text, name);
@@ -50,16 +51,16 @@ Config parse_config(const std::string& yaml_text, const std::string& name, const
   c.io(r);
   r.finish();
   c.source_file = name;
-  validate(c, src);
+  validate(c, src, for_training);
   return c;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, bool for_training) {
   std::ifstream f(path);
   if (!f) throw ConfigError(cat("config: cannot read '", path, "'"));
   std::stringstream ss;
   ss << f.rdbuf();
-  Config c = parse_config(ss.str(), std::filesystem::path(path).filename().string(), overrides);
+  Config c = parse_config(ss.str(), std::filesystem::path(path).filename().string(), overrides, for_training);
   c.source_file = path;
   return c;
 }

@@ -272,9 +272,12 @@ struct Config {
 
 // Reads `path`, applies `overrides` ("training.lr=3e-4"), checks every key, type and range, and
 // the cross-field rules. Throws ConfigError (exit code 2) with a one-line message.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// for_training = false (mm generate / eval: only the data section matters) skips the rules only
+// training needs (data.paths, a model source, resume's save_dir).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, bool for_training = true);
 // Same, from YAML text (tests).
-Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides);
+Config parse_config(const std::string& yaml_text, const std::string& name, const std::vector<std::string>& overrides,
+                    bool for_training = true);
 // The resolved config as YAML.
 std::string to_yaml(const Config& c);
 

@@ -46,33 +46,26 @@ config::DataConfig inference_data_config(const LoadedModel& m, const std::string
     MM_CHECK(o.rfind("data.", 0) == 0, "config: inference overrides set data.* keys only (got '", o, "')");
     data_overrides.push_back(o);
   }
-  if (!config_path.empty()) return config::load_config(config_path, data_overrides).data;
+  if (!config_path.empty()) return config::load_config(config_path, data_overrides, /*for_training=*/false).data;
   if (!m.train_config.empty())
-    return config::parse_config(m.train_config, m.dir + "/train_state.json", data_overrides).data;
-  config::DataConfig d = config::parse_config("{}", "defaults", data_overrides).data;
+    return config::parse_config(m.train_config, m.dir + "/train_state.json", data_overrides, false).data;
+  // An HF directory: its tokenizer and image processor settings, then the user's overrides.
+  std::vector<std::string> assignments;
   const fs::path dir(m.dir);
-  bool tokenizer_set = false;
-  for (const auto& o : data_overrides) tokenizer_set |= o.rfind("data.tokenizer=", 0) == 0;
-  if (!tokenizer_set && fs::exists(dir / "tokenizer.json")) d.tokenizer = (dir / "tokenizer.json").string();
+  if (fs::exists(dir / "tokenizer.json")) assignments.push_back("data.tokenizer=" + (dir / "tokenizer.json").string());
   const fs::path pre = dir / "preprocessor_config.json";
   if (fs::exists(pre)) {
     auto bytes = read_file_bytes(pre.string());
     nlohmann::json j = bytes ? nlohmann::json::parse(*bytes, nullptr, false) : nlohmann::json();
     MM_CHECK(j.is_object(), "model: ", pre.string(), " is not a JSON object");
-    auto& p = d.processor;
-    auto num = [&](const char* k, int64_t& v) {
-      if (j.contains(k) && j.at(k).is_number_integer()) v = j.at(k).get<int64_t>();
-    };
-    num("min_pixels", p.min_pixels);
-    num("max_pixels", p.max_pixels);
-    num("patch_size", p.patch_size);
-    num("temporal_patch_size", p.temporal_patch_size);
-    num("merge_size", p.merge_size);
+    for (const char* k : {"min_pixels", "max_pixels", "patch_size", "temporal_patch_size", "merge_size"})
+      if (j.contains(k) && j.at(k).is_number_integer())
+        assignments.push_back(cat("data.processor.", k, "=", j.at(k).get<int64_t>()));
     for (const char* k : {"image_mean", "image_std"})
-      if (j.contains(k) && j.at(k).is_array() && j.at(k).size() == 3)
-        (std::string(k) == "image_mean" ? p.image_mean : p.image_std) = j.at(k).get<std::vector<double>>();
+      if (j.contains(k) && j.at(k).is_array() && j.at(k).size() == 3) assignments.push_back(cat("data.processor.", k, "=", j.at(k).dump()));
   }
-  return d;
+  assignments.insert(assignments.end(), data_overrides.begin(), data_overrides.end());
+  return config::parse_config("{}", m.dir, assignments, false).data;
 }
 
 }  // namespace mm::inference

@@ -10,7 +10,9 @@
 #include "mindspeed_mm/data/media/image.h"
 #include "mindspeed_mm/data/mllm/mllm_collator.h"
 #include "mindspeed_mm/data/tokenizer/byte_chat_tokenizer.h"
+#include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/inference/eval.h"
+#include "mindspeed_mm/inference/model_loader.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 #include "mindspeed_mm/training/trainer.h"
@@ -154,4 +156,20 @@ TEST(Eval, MultipleChoiceByLetterAndByOptionText) {
   EXPECT_EQ(r.predictions[1].correct, got1 == 2) << r.predictions[1].prediction;
   EXPECT_EQ(r.choice_correct, (got0 == 1) + (got1 == 2));
   EXPECT_EQ(r.choice_unparsed, (got0 < 0) + (got1 < 0));
+}
+
+TEST(Eval, PromptSettingsOfAnHFDirectory) {
+  const std::string dir = mm::test::fresh_dir("eval_hf_settings");
+  auto model = tiny_vl();
+  mm::checkpoint::export_hf_directory(dir, model->hf_config(), *model);
+  mm::test::write_file(dir + "/preprocessor_config.json",
+                       R"({"min_pixels": 784, "max_pixels": 12544, "patch_size": 14, "image_mean": [0.5, 0.5, 0.5]})");
+  mm::inference::LoadedModel m = mm::inference::load_model(dir);
+  EXPECT_TRUE(m.train_config.empty());
+  mm::config::DataConfig d = mm::inference::inference_data_config(m, "", {"data.processor.max_pixels=3136"});
+  EXPECT_EQ(d.processor.min_pixels, 784);
+  EXPECT_EQ(d.processor.max_pixels, 3136);  // the user's override wins over the file
+  EXPECT_EQ(d.processor.image_mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(d.tokenizer, "byte");  // no tokenizer.json in the directory
+  EXPECT_THROW(mm::inference::inference_data_config(m, "", {"training.lr=1"}), mm::Error);
 }

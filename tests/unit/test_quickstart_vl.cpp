@@ -42,6 +42,34 @@ TEST(QuickstartVL, FashionMnistTrainEvalGenerate) {
   const auto& classes = mm::data::fashion_mnist_classes();
   EXPECT_TRUE(std::set<std::string>(classes.begin(), classes.end()).count(reply.at("text").get<std::string>())) << g.output;
   EXPECT_EQ(reply.at("finish_reason"), "stop");
+  // Export the checkpoint as an HF directory: the same scores from it, bit for bit.
+  auto x = run_command(mm + " export --checkpoint " + dir + "/run --out " + dir + "/hf");
+  ASSERT_EQ(x.exit_code, 0) << x.output;
+  auto e2 = run_command(mm + " eval --model " + dir + "/hf --data " + dir + "/fm/test.jsonl --max-samples 200 --report " +
+                        dir + "/eval_hf.json --set data.processor.min_pixels=3136 --set data.processor.max_pixels=3136");
+  ASSERT_EQ(e2.exit_code, 0) << e2.output;
+  auto e3 = run_command(mm + " eval --model " + dir + "/run --data " + dir + "/fm/test.jsonl --max-samples 200 --report " +
+                        dir + "/eval_ckpt.json");
+  ASSERT_EQ(e3.exit_code, 0) << e3.output;
+  nlohmann::json a = nlohmann::json::parse(mm::test::read_file(dir + "/eval_hf.json"));
+  nlohmann::json b = nlohmann::json::parse(mm::test::read_file(dir + "/eval_ckpt.json"));
+  EXPECT_EQ(a.at("loss"), b.at("loss"));
+  EXPECT_EQ(a.at("predictions"), b.at("predictions"));
+  // A video and a chat: the same model answers about a clip, and takes turns from stdin.
+  auto clip = run_command("ffmpeg -loglevel error -y -f lavfi -i testsrc=size=56x56:rate=4 -t 1 -pix_fmt yuv420p -c:v libx264 " +
+                          dir + "/clip.mp4");
+  ASSERT_EQ(clip.exit_code, 0) << clip.output;
+  auto v = run_command(mm + " generate --model " + dir + "/run --video " + dir + "/clip.mp4 --prompt \"What is shown?\" --json "
+                       "--max-new-tokens 8 --set data.processor.video_min_pixels=3136 --set data.processor.video_max_pixels=3136");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_NE(v.output.find("\"prompt_tokens\""), std::string::npos) << v.output;
+  auto chat = run_command("printf 'What is it?\\nAnd again?\\n/exit\\n' | " + mm + " generate --model " + dir +
+                          "/run --image " + dir + "/fm/images/test/00001.png --interactive --json --max-new-tokens 12");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  size_t replies = 0;
+  for (size_t p = chat.output.find("\"finish_reason\""); p != std::string::npos; p = chat.output.find("\"finish_reason\"", p + 1))
+    ++replies;
+  EXPECT_EQ(replies, 2u) << chat.output;
   // Errors are one clear line.
   auto missing = run_command(mm + " generate --model " + dir + "/nothing --prompt hi");
   EXPECT_EQ(missing.exit_code, 1);
