@@ -71,15 +71,20 @@ mm::data::MllmRecord record(const std::string& dir, int i, const std::string& an
   return r;
 }
 
+// Byte tokenizer, 28x28 images as one merged token.
+mm::data::SampleEncoder encoder_28px() {
+  mm::data::SampleEncoderOptions o;
+  o.media.image.min_pixels = 784;
+  o.media.image.max_pixels = 784;
+  return mm::data::SampleEncoder(mm::data::byte_chat_tokenizer(), o);
+}
+
 }  // namespace
 
 TEST(Eval, ScoresOwnAnswersCorrectAndIsThreadInvariant) {
   const std::string dir = mm::test::fresh_dir("eval_scores");
   auto model = tiny_vl();
-  mm::data::SampleEncoderOptions o;
-  o.media.image.min_pixels = 784;
-  o.media.image.max_pixels = 784;
-  mm::data::SampleEncoder enc(mm::data::byte_chat_tokenizer(), o);
+  mm::data::SampleEncoder enc = encoder_28px();
   std::vector<mm::data::MllmRecord> recs;
   for (int i = 0; i < 6; ++i) recs.push_back(record(dir, i, "zzz"));
   EvalOptions opt;
@@ -130,10 +135,7 @@ TEST(Eval, ScoresOwnAnswersCorrectAndIsThreadInvariant) {
 TEST(Eval, MultipleChoiceByLetterAndByOptionText) {
   const std::string dir = mm::test::fresh_dir("eval_choice");
   auto model = tiny_vl();
-  mm::data::SampleEncoderOptions o;
-  o.media.image.min_pixels = 784;
-  o.media.image.max_pixels = 784;
-  mm::data::SampleEncoder enc(mm::data::byte_chat_tokenizer(), o);
+  mm::data::SampleEncoder enc = encoder_28px();
   std::vector<mm::data::MllmRecord> recs = {record(dir, 0, "B"), record(dir, 1, "x")};
   EvalOptions opt;
   opt.sampling.max_new_tokens = 8;
