@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/data/media/image.h"
@@ -223,4 +224,58 @@ TEST(MllmE2E, DataCommands) {
   auto bad = run_command(mm + " data inspect " + dir + "/nope.jsonl");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.output.find("nope.jsonl"), std::string::npos) << bad.output;
+}
+
+// `mm train` with the other vision-language ids on the same data: Qwen2.5-VL on images and videos
+// (window attention, tokens_per_second), LLaVA on images through the fixed CLIP processor.
+TEST(MllmE2E, Qwen2_5VLAndLlavaTrain) {
+  const std::string dir = mm::test::fresh_dir("mllm_other_vl");
+  const std::string data = make_dataset(dir, 24, {});
+  const std::string base = mm::test::read_file(config(dir, data, 8));
+  const size_t a = base.find("model:"), b = base.find("training:");
+  const std::string qwen25 =
+      "model:\n  id: qwen2_5_vl\n  config:\n    hidden_size: 32\n    intermediate_size: 64\n    num_hidden_layers: 2\n"
+      "    num_attention_heads: 4\n    num_key_value_heads: 2\n"
+      "    rope_scaling: {type: mrope, mrope_section: [1, 1, 2]}\n"
+      "    image_token_id: 261\n    video_token_id: 262\n    vision_start_token_id: 259\n    vision_end_token_id: 260\n"
+      "    vision_config: {depth: 2, hidden_size: 16, intermediate_size: 24, num_heads: 2, window_size: 28,\n"
+      "                    fullatt_block_indexes: [1], tokens_per_second: 2}\n";
+  // LLaVA: no videos, so a copy of the data without them; 28x28 crops = 4 patches per image.
+  std::string images_only;
+  {
+    std::istringstream in(mm::test::read_file(data));
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      j.erase("videos");
+      auto& q = j["messages"][0]["content"];
+      std::string t = q.get<std::string>();
+      if (t.rfind("<video>", 0) == 0) q = t.substr(7);
+      images_only += j.dump() + "\n";
+    }
+  }
+  mm::test::write_file(dir + "/images.jsonl", images_only);
+  const std::string llava =
+      "model:\n  id: llava\n  config:\n    image_token_index: 261\n"
+      "    text_config: {model_type: llama, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2,\n"
+      "                  num_attention_heads: 4, num_key_value_heads: 2}\n"
+      "    vision_config: {hidden_size: 16, intermediate_size: 32, num_hidden_layers: 2, num_attention_heads: 2,\n"
+      "                    image_size: 28, patch_size: 14}\n";
+  const std::pair<std::string, std::string> runs[] = {
+      {"qwen2_5_vl", qwen25},
+      {"llava", llava}};
+  for (const auto& [id, model] : runs) {
+    std::string cfg = base.substr(0, a) + model + base.substr(b);
+    mm::test::write_file(dir + "/" + id + ".yaml", cfg);
+    std::string extra = id == "llava" ? " data.paths=[" + dir + "/images.jsonl] data.processor.type=fixed "
+                                        "data.processor.image_size=28 data.processor.image_tokens=4"
+                                      : "";
+    const std::string metrics = dir + "/" + id + ".jsonl";
+    auto r = run_command(mm::test::mm_binary() + " train " + dir + "/" + id + ".yaml training.metrics_file=" + metrics + extra);
+    ASSERT_EQ(r.exit_code, 0) << id << "\n" << r.output;
+    EXPECT_NE(r.output.find("model: " + id), std::string::npos) << r.output;
+    auto l = mm::test::metrics_losses(metrics);
+    ASSERT_EQ(l.size(), 8u) << id;
+    EXPECT_LT(l[8], l[1]) << id;
+  }
 }
