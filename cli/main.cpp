@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   mm::cli::add_generate_command(app);
   mm::cli::add_eval_command(app);
   mm::cli::add_flops_command(app);
+  mm::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);
     return mm::cli::run_selected(app);

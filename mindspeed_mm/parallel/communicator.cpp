@@ -1,0 +1,233 @@
+// Collectives on c10d's Gloo process group, with timeouts that name the missing ranks.
+#include "mindspeed_mm/parallel/communicator.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <numeric>
+
+#include "mindspeed_mm/core/errors.h"
+
+namespace mm::parallel {
+
+struct Communicator::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+};
+
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    default: return c10d::ReduceOp::SUM;
+  }
+}
+
+bool sixteen_bit(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+
+// Gloo moves fp32, not 16-bit floats: a contiguous transport copy.
+at::Tensor transport(const at::Tensor& t) { return sixteen_bit(t) ? t.to(at::kFloat).contiguous() : t.contiguous(); }
+
+}  // namespace
+
+Communicator::~Communicator() = default;
+
+std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chrono::milliseconds timeout) {
+  std::shared_ptr<Communicator> c(new Communicator());
+  c->rank_ = env.rank;
+  c->size_ = env.world_size;
+  c->timeout_ = timeout;
+  c->impl_ = std::make_unique<Impl>();
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<size_t>(env.world_size);
+  so.waitWorkers = true;
+  so.timeout = timeout;
+  try {
+    c->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    // One node: loopback. Several: GLOO_SOCKET_IFNAME's interface, else this host's address.
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifname && *ifname)
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (env.world_size == env.local_world_size)
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->threads = 2;
+    c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, env.rank, env.world_size, opts);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    throw Error(cat("distributed: rank ", env.rank, " of ", env.world_size, " could not join the group at ",
+                    env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0, " s: ",
+                    msg.substr(0, msg.find('\n'))));
+  }
+  return c;
+}
+
+std::string Communicator::laggards() const {
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    int64_t seen = 0;
+    try {
+      const std::string key = "mm/arrived/" + std::to_string(r);
+      if (impl_->store->check({key})) {
+        std::vector<uint8_t> v = impl_->store->get(key);
+        seen = std::stoll(std::string(v.begin(), v.end()));
+      }
+    } catch (const std::exception&) {
+      seen = -1;  // the store itself is gone (rank 0 died)
+    }
+    if (seen < seq_) out += cat(out.empty() ? "" : ", ", r, seen < 0 ? " (unreachable)" : "");
+  }
+  return out.empty() ? "none (all had entered it)" : out;
+}
+
+template <class Launch>
+void Communicator::run(const char* what, Launch&& launch) {
+  ++seq_;
+  const std::string n = std::to_string(seq_);
+  try {
+    impl_->store->set("mm/arrived/" + std::to_string(rank_), std::vector<uint8_t>(n.begin(), n.end()));
+    c10::intrusive_ptr<c10d::Work> work = launch(*impl_->pg);
+    work->wait(timeout_);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    throw Error(cat("distributed: ", what, " (collective #", seq_, ") failed on rank ", rank_, " of ", size_,
+                    " after at most ", timeout_.count() / 1000.0, " s; ranks that did not arrive: ", laggards(),
+                    " (", msg.substr(0, msg.find('\n')), ")"));
+  }
+}
+
+void Communicator::all_reduce(at::Tensor& t, ReduceOp op) {
+  if (size_ == 1) return;
+  at::Tensor buf = transport(t);
+  std::vector<at::Tensor> v = {buf};
+  c10d::AllreduceOptions o;
+  o.reduceOp = to_c10d(op);
+  o.timeout = timeout_;
+  run("all_reduce", [&](c10d::ProcessGroup& pg) { return pg.allreduce(v, o); });
+  if (op == ReduceOp::kAvg) buf.div_(size_);
+  if (!buf.is_same(t)) t.copy_(buf);
+}
+
+at::Tensor Communicator::all_gather(const at::Tensor& t) {
+  at::Tensor in = transport(t);
+  std::vector<int64_t> shape = {size_};
+  shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
+  at::Tensor out = at::empty(shape, in.options());
+  if (size_ == 1) {
+    out[0].copy_(in);
+    return out.to(t.scalar_type());
+  }
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size_; ++r) outputs[0].push_back(out[r]);
+  std::vector<at::Tensor> inputs = {in};
+  c10d::AllgatherOptions o;
+  o.timeout = timeout_;
+  run("all_gather", [&](c10d::ProcessGroup& pg) { return pg.allgather(outputs, inputs, o); });
+  return out.to(t.scalar_type());
+}
+
+at::Tensor Communicator::all_gather_uneven(const at::Tensor& t, const std::vector<int64_t>& counts) {
+  MM_CHECK(static_cast<int>(counts.size()) == size_ && t.size(0) == counts[rank_], "all_gather_uneven: rank ", rank_,
+           " holds ", t.size(0), " rows but counts say ", counts.size() == size_ ? counts[rank_] : -1);
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::vector<int64_t> padded_shape(t.sizes().begin(), t.sizes().end());
+  padded_shape[0] = most;
+  at::Tensor padded = at::zeros(padded_shape, t.options());
+  padded.narrow(0, 0, t.size(0)).copy_(t);
+  at::Tensor all = all_gather(padded);
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < size_; ++r) parts.push_back(all[r].narrow(0, 0, counts[r]));
+  return at::cat(parts, 0);
+}
+
+at::Tensor Communicator::all_to_all(const at::Tensor& t, const std::vector<int64_t>& send_counts,
+                                    const std::vector<int64_t>& recv_counts) {
+  at::Tensor in = transport(t);
+  const int64_t row = in.dim() > 0 && in.size(0) > 0 ? in.numel() / in.size(0) : 0;
+  std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
+  if (send_counts.empty()) {
+    MM_CHECK(in.size(0) % size_ == 0, "all_to_all: ", in.size(0), " rows do not split evenly over ", size_, " ranks");
+  } else {
+    MM_CHECK(static_cast<int>(send_counts.size()) == size_ && static_cast<int>(recv_counts.size()) == size_ &&
+                 std::accumulate(send_counts.begin(), send_counts.end(), int64_t(0)) == in.size(0),
+             "all_to_all: send/recv counts must have one entry per rank and send_counts must sum to the rows");
+    shape[0] = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0));
+  }
+  at::Tensor out = at::empty(shape, in.options());
+  if (size_ == 1) {
+    out.copy_(in);
+    return out.to(t.scalar_type());
+  }
+  // alltoall_base splits count rows of dim 0.
+  std::vector<int64_t> sc = send_counts, rc = recv_counts;
+  (void)row;
+  c10d::AllToAllOptions o;
+  o.timeout = timeout_;
+  run("all_to_all", [&](c10d::ProcessGroup& pg) { return pg.alltoall_base(out, in, rc, sc, o); });
+  return out.to(t.scalar_type());
+}
+
+at::Tensor Communicator::reduce_scatter(const at::Tensor& t, ReduceOp op) {
+  MM_CHECK(t.dim() >= 1 && t.size(0) % size_ == 0, "reduce_scatter: ", t.size(0), " rows do not split over ", size_,
+           " ranks (pad first)");
+  const int64_t chunk = t.size(0) / size_;
+  // Block j of every rank arrives at rank j; summing the [size, chunk, ...] result in rank order
+  // equals all-reduce-then-slice.
+  at::Tensor blocks = all_to_all(t.to(sixteen_bit(t) ? at::kFloat : t.scalar_type()));
+  std::vector<int64_t> shape = {size_, chunk};
+  shape.insert(shape.end(), t.sizes().begin() + 1, t.sizes().end());
+  at::Tensor v = blocks.view(shape);
+  at::Tensor out;
+  switch (op) {
+    case ReduceOp::kMax: out = std::get<0>(v.max(0)); break;
+    case ReduceOp::kMin: out = std::get<0>(v.min(0)); break;
+    default: {
+      out = v[0].clone();
+      for (int r = 1; r < size_; ++r) out.add_(v[r]);
+      if (op == ReduceOp::kAvg) out.div_(size_);
+    }
+  }
+  return out.to(t.scalar_type());
+}
+
+void Communicator::broadcast(at::Tensor& t, int root) {
+  if (size_ == 1) return;
+  at::Tensor buf = transport(t);
+  std::vector<at::Tensor> v = {buf};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  o.timeout = timeout_;
+  run("broadcast", [&](c10d::ProcessGroup& pg) { return pg.broadcast(v, o); });
+  if (!buf.is_same(t)) t.copy_(buf);
+}
+
+void Communicator::send(const at::Tensor& t, int dst, int tag) {
+  std::vector<at::Tensor> v = {transport(t)};
+  run("send", [&](c10d::ProcessGroup& pg) { return pg.send(v, dst, tag); });
+}
+
+void Communicator::recv(at::Tensor& t, int src, int tag) {
+  at::Tensor buf = transport(t);
+  std::vector<at::Tensor> v = {buf};
+  run("recv", [&](c10d::ProcessGroup& pg) { return pg.recv(v, src, tag); });
+  if (!buf.is_same(t)) t.copy_(buf);
+}
+
+void Communicator::barrier() {
+  if (size_ == 1) return;
+  c10d::BarrierOptions o;
+  o.timeout = timeout_;
+  run("barrier", [&](c10d::ProcessGroup& pg) { return pg.barrier(o); });
+}
+
+}  // namespace mm::parallel

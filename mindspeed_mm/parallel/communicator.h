@@ -1,0 +1,72 @@
+// Collectives over c10d process groups (Gloo on CPU): the layer DDP, FSDP and distributed
+// checkpoints build on. Rendezvous through a TCPStore that rank 0 hosts at MASTER_ADDR:PORT.
+//
+// Every operation blocks until done and never hangs: after `timeout` it throws mm::Error naming
+// the collective, this rank, and the ranks that had not reached it (each rank records in the
+// store how many collectives it has entered; a rank that died or lags shows a smaller count).
+// A peer that died mid-collective is reported the same way as soon as Gloo notices.
+//
+// libtorch 1.13's Gloo has no reduce_scatter, no _allgather_base and no 16-bit reductions or
+// all-to-all: reduce_scatter is alltoall_base + a local sum (exact in fp32 for 2 ranks; the sum
+// is in rank order for any size), all_gather writes into views of one buffer, and bf16 / fp16
+// tensors travel as fp32.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/parallel/dist_env.h"
+
+namespace mm::parallel {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+class Communicator {
+ public:
+  // Joins the group of env (rank 0 starts the store). mm::Error naming MASTER_ADDR:PORT when the
+  // rendezvous does not complete within timeout.
+  static std::shared_ptr<Communicator> create(const DistEnv& env, std::chrono::milliseconds timeout);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  // Every rank's tensor (all the same shape) stacked along a new first dimension: [size, ...].
+  at::Tensor all_gather(const at::Tensor& t);
+  // Uneven sizes: rank r contributes t with counts[r] rows (dim 0); the result concatenates them.
+  at::Tensor all_gather_uneven(const at::Tensor& t, const std::vector<int64_t>& counts);
+  // t [size * chunk, ...] -> the sum over ranks of block `rank()`: [chunk, ...]. t.size(0) must
+  // divide by size(); pad before (FSDP shards do).
+  at::Tensor reduce_scatter(const at::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  // Rows t[sum(send_counts[:j]) ...] go to rank j; the result holds recv_counts[j] rows from rank j
+  // in rank order. Empty counts: an even split.
+  at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send_counts = {},
+                        const std::vector<int64_t>& recv_counts = {});
+  void broadcast(at::Tensor& t, int root);
+  void send(const at::Tensor& t, int dst, int tag = 0);
+  void recv(at::Tensor& t, int src, int tag = 0);
+  void barrier();
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  int64_t collectives_entered() const { return seq_; }
+
+ private:
+  Communicator() = default;
+  // Records arrival, runs `launch`, waits; rethrows failures with the laggards named.
+  template <class Launch>
+  void run(const char* what, Launch&& launch);
+  std::string laggards() const;
+
+  int rank_ = 0, size_ = 1;
+  std::chrono::milliseconds timeout_{30000};
+  int64_t seq_ = 0;
+  struct Impl;  // the c10d store and process group (their headers stay out of every includer)
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mm::parallel
