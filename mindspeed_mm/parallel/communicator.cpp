@@ -1,10 +1,12 @@
 // Collectives on c10d's Gloo process group, with timeouts that name the missing ranks.
 #include "mindspeed_mm/parallel/communicator.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
+#include <algorithm>
 #include <numeric>
 
 #include "mindspeed_mm/core/errors.h"
@@ -14,6 +16,7 @@ namespace mm::parallel {
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> options;
 };
 
 namespace {
@@ -39,6 +42,7 @@ std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chro
   std::shared_ptr<Communicator> c(new Communicator());
   c->rank_ = env.rank;
   c->size_ = env.world_size;
+  for (int r = 0; r < env.world_size; ++r) c->members_.push_back(r);
   c->timeout_ = timeout;
   c->impl_ = std::make_unique<Impl>();
   c10d::TCPStoreOptions so;
@@ -59,12 +63,38 @@ std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chro
     else
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     opts->threads = 2;
+    c->impl_->options = opts;
     c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, env.rank, env.world_size, opts);
   } catch (const std::exception& e) {
     std::string msg = e.what();
     throw Error(cat("distributed: rank ", env.rank, " of ", env.world_size, " could not join the group at ",
                     env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0, " s: ",
                     msg.substr(0, msg.find('\n'))));
+  }
+  return c;
+}
+
+std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ranks, const std::string& name) {
+  auto it = std::find(ranks.begin(), ranks.end(), members_[static_cast<size_t>(rank_)]);
+  MM_CHECK(it != ranks.end(), "distributed: rank ", members_[static_cast<size_t>(rank_)], " is not in its own group ", name);
+  std::shared_ptr<Communicator> c(new Communicator());
+  c->rank_ = static_cast<int>(it - ranks.begin());
+  c->size_ = static_cast<int>(ranks.size());
+  c->members_ = ranks;
+  c->timeout_ = timeout_;
+  c->impl_ = std::make_unique<Impl>();
+  std::string key = name;
+  for (int r : ranks) key += "_" + std::to_string(r);
+  c->name_ = key;
+  c->impl_->store = c10::make_intrusive<c10d::PrefixStore>(key + "/", impl_->store);
+  if (c->size_ > 1) {
+    try {
+      c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, c->rank_, c->size_, impl_->options);
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      throw Error(cat("distributed: group ", key, " did not form on rank ", members_[static_cast<size_t>(rank_)], ": ",
+                      msg.substr(0, msg.find('\n'))));
+    }
   }
   return c;
 }
@@ -83,13 +113,14 @@ std::string Communicator::laggards() const {
     } catch (const std::exception&) {
       seen = -1;  // the store itself is gone (rank 0 died)
     }
-    if (seen < seq_) out += cat(out.empty() ? "" : ", ", r, seen < 0 ? " (unreachable)" : "");
+    if (seen < seq_) out += cat(out.empty() ? "" : ", ", members_[static_cast<size_t>(r)], seen < 0 ? " (unreachable)" : "");
   }
   return out.empty() ? "none (all had entered it)" : out;
 }
 
 template <class Launch>
 void Communicator::run(const char* what, Launch&& launch) {
+  MM_CHECK(impl_->pg, "distributed: ", what, " on the one-rank group ", name_, " has no peer");
   ++seq_;
   const std::string n = std::to_string(seq_);
   try {
@@ -100,7 +131,8 @@ void Communicator::run(const char* what, Launch&& launch) {
     throw;
   } catch (const std::exception& e) {
     std::string msg = e.what();
-    throw Error(cat("distributed: ", what, " (collective #", seq_, ") failed on rank ", rank_, " of ", size_,
+    throw Error(cat("distributed: ", what, " (collective #", seq_, name_ == "world" ? "" : " of group " + name_, ") failed on rank ",
+                    members_[static_cast<size_t>(rank_)], " of ", size_,
                     " after at most ", timeout_.count() / 1000.0, " s; ranks that did not arrive: ", laggards(),
                     " (", msg.substr(0, msg.find('\n')), ")"));
   }

@@ -34,6 +34,12 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The global (world) rank of each member, in group-rank order.
+  const std::vector<int>& members() const { return members_; }
+
+  // A communicator over `ranks` (global ranks, this one among them) named `name`: its own
+  // process group on a prefix of this one's store. One member: a group that never communicates.
+  std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& name);
 
   void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
   // Every rank's tensor (all the same shape) stacked along a new first dimension: [size, ...].
@@ -63,6 +69,8 @@ class Communicator {
   std::string laggards() const;
 
   int rank_ = 0, size_ = 1;
+  std::vector<int> members_;
+  std::string name_ = "world";
   std::chrono::milliseconds timeout_{30000};
   int64_t seq_ = 0;
   struct Impl;  // the c10d store and process group (their headers stay out of every includer)

@@ -14,6 +14,7 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/parallel/communicator.h"
+#include "mindspeed_mm/parallel/device_mesh.h"
 #include "mindspeed_mm/parallel/dist_env.h"
 #include "run_command.h"
 
@@ -132,7 +133,55 @@ TEST(Distributed, MissingOrDeadRankIsAClearErrorWithinTheTimeout) {
       << alone.output;
 }
 
+TEST(DeviceMesh, LayoutGroupsAndErrors) {
+  DeviceMesh m({2, 2, 1, 2}, 8);  // replicate 2 x shard 2 x tp 2
+  EXPECT_EQ(m.coords(5), (std::array<int, 4>{1, 0, 0, 1}));
+  EXPECT_EQ(m.rank_of({1, 0, 0, 1}), 5);
+  EXPECT_EQ(m.group(MeshDim::kTp, 5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(m.group(MeshDim::kDpShard, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(m.group(MeshDim::kDpReplicate, 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(m.group(MeshDim::kDp, 5), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(m.group(MeshDim::kCp, 5), (std::vector<int>{5}));
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(m.rank_of(m.coords(r)), r);
+  try {
+    DeviceMesh bad({2, 2, 1, 1}, 2);
+    FAIL() << "a 4-rank mesh on 2 ranks";
+  } catch (const mm::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("= 4 do not equal the world size 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(DeviceMesh({0, 1, 1, 1}, 0), mm::ConfigError);
+}
+
+TEST(Distributed, HsdpMeshGroupsOnFourRanks) {
+  auto r = launch_worker(4, "Mesh");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int k = 0; k < 4; ++k)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
+}
+
 // ---- run as the ranks (MM_DIST_WORKER set by the tests above) ----
+
+TEST(DistWorker, Mesh) {
+  if (!worker()) GTEST_SKIP() << "runs under mm launch only";
+  ParallelState ps(Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30)), {2, 2, 1, 1});
+  const int r = ps.world().rank();
+  auto sum_over = [&](MeshDim d) {
+    at::Tensor t = at::full({1}, static_cast<double>(r));
+    ps.group(d).all_reduce(t);
+    return t[0].item<double>();
+  };
+  double expect_shard = 0, expect_rep = 0;
+  for (int k : ps.mesh().group(MeshDim::kDpShard, r)) expect_shard += k;
+  for (int k : ps.mesh().group(MeshDim::kDpReplicate, r)) expect_rep += k;
+  EXPECT_EQ(sum_over(MeshDim::kDpShard), expect_shard);      // {0,1} or {2,3}
+  EXPECT_EQ(sum_over(MeshDim::kDpReplicate), expect_rep);    // {0,2} or {1,3}
+  EXPECT_EQ(sum_over(MeshDim::kDp), 6.0);
+  EXPECT_EQ(sum_over(MeshDim::kTp), r);                      // one rank: nothing to add
+  EXPECT_EQ(ps.group(MeshDim::kDpShard).members(), ps.mesh().group(MeshDim::kDpShard, r));
+  at::Tensor g = ps.group(MeshDim::kDpReplicate).all_gather(at::full({2}, static_cast<double>(r)));
+  EXPECT_EQ(g[1][0].item<double>(), ps.mesh().group(MeshDim::kDpReplicate, r)[1]);
+}
+
 
 TEST(DistWorker, Collectives) {
   if (!worker()) GTEST_SKIP() << "runs under mm launch only";
