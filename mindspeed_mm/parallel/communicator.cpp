@@ -118,24 +118,62 @@ std::string Communicator::laggards() const {
   return out.empty() ? "none (all had entered it)" : out;
 }
 
+class WorkHandle : public PendingWork {
+ public:
+  WorkHandle(const Communicator* c, const char* what, int64_t seq, c10::intrusive_ptr<c10d::Work> w)
+      : c_(c), what_(what), seq_(seq), work_(std::move(w)) {}
+  void wait() override {
+    if (!work_) return;
+    try {
+      work_->wait(c_->timeout_);
+    } catch (const std::exception& e) {
+      work_.reset();
+      c_->fail(what_, seq_, e);
+    }
+    work_.reset();
+  }
+
+ private:
+  const Communicator* c_;
+  const char* what_;
+  int64_t seq_;
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+void Communicator::fail(const char* what, int64_t seq, const std::exception& e) const {
+  std::string msg = e.what();
+  throw Error(cat("distributed: ", what, " (collective #", seq, name_ == "world" ? "" : " of group " + name_, ") failed on rank ",
+                  members_[static_cast<size_t>(rank_)], " of ", size_, " after at most ", timeout_.count() / 1000.0,
+                  " s; ranks that did not arrive: ", laggards(), " (", msg.substr(0, msg.find('\n')), ")"));
+}
+
 template <class Launch>
-void Communicator::run(const char* what, Launch&& launch) {
+std::shared_ptr<PendingWork> Communicator::start(const char* what, Launch&& launch) {
   MM_CHECK(impl_->pg, "distributed: ", what, " on the one-rank group ", name_, " has no peer");
   ++seq_;
   const std::string n = std::to_string(seq_);
   try {
     impl_->store->set("mm/arrived/" + std::to_string(rank_), std::vector<uint8_t>(n.begin(), n.end()));
-    c10::intrusive_ptr<c10d::Work> work = launch(*impl_->pg);
-    work->wait(timeout_);
+    return std::make_shared<WorkHandle>(this, what, seq_, launch(*impl_->pg));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    throw Error(cat("distributed: ", what, " (collective #", seq_, name_ == "world" ? "" : " of group " + name_, ") failed on rank ",
-                    members_[static_cast<size_t>(rank_)], " of ", size_,
-                    " after at most ", timeout_.count() / 1000.0, " s; ranks that did not arrive: ", laggards(),
-                    " (", msg.substr(0, msg.find('\n')), ")"));
+    fail(what, seq_, e);
   }
+}
+
+template <class Launch>
+void Communicator::run(const char* what, Launch&& launch) {
+  start(what, std::forward<Launch>(launch))->wait();
+}
+
+std::shared_ptr<PendingWork> Communicator::all_reduce_async(at::Tensor& t) {
+  MM_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat, "all_reduce_async: needs a contiguous fp32 tensor");
+  if (size_ == 1) return std::make_shared<WorkHandle>(this, "all_reduce", seq_, c10::intrusive_ptr<c10d::Work>());
+  auto v = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{t});
+  c10d::AllreduceOptions o;
+  o.timeout = timeout_;
+  return start("all_reduce", [&](c10d::ProcessGroup& pg) { return pg.allreduce(*v, o); });
 }
 
 void Communicator::all_reduce(at::Tensor& t, ReduceOp op) {

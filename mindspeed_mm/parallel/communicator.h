@@ -25,6 +25,14 @@ namespace mm::parallel {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
+// An operation in flight (DDP's bucket all-reduces overlap backward): wait() blocks until done,
+// with the same timeout and error as the blocking calls.
+class PendingWork {
+ public:
+  virtual ~PendingWork() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   // Joins the group of env (rank 0 starts the store). mm::Error naming MASTER_ADDR:PORT when the
@@ -42,6 +50,8 @@ class Communicator {
   std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& name);
 
   void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  // Sum all-reduce of a contiguous fp32 tensor, in place, without waiting.
+  std::shared_ptr<PendingWork> all_reduce_async(at::Tensor& t);
   // Every rank's tensor (all the same shape) stacked along a new first dimension: [size, ...].
   at::Tensor all_gather(const at::Tensor& t);
   // Uneven sizes: rank r contributes t with counts[r] rows (dim 0); the result concatenates them.
@@ -66,6 +76,10 @@ class Communicator {
   // Records arrival, runs `launch`, waits; rethrows failures with the laggards named.
   template <class Launch>
   void run(const char* what, Launch&& launch);
+  template <class Launch>
+  std::shared_ptr<PendingWork> start(const char* what, Launch&& launch);
+  [[noreturn]] void fail(const char* what, int64_t seq, const std::exception& e) const;
+  friend class WorkHandle;
   std::string laggards() const;
 
   int rank_ = 0, size_ = 1;

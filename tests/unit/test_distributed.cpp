@@ -14,6 +14,7 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/parallel/communicator.h"
+#include "mindspeed_mm/parallel/ddp.h"
 #include "mindspeed_mm/parallel/device_mesh.h"
 #include "mindspeed_mm/parallel/dist_env.h"
 #include "run_command.h"
@@ -159,7 +160,57 @@ TEST(Distributed, HsdpMeshGroupsOnFourRanks) {
     EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
 }
 
+TEST(Distributed, DdpGradientsEqualOneProcessOnTheWholeBatch) {
+  for (int n : {2, 3}) {
+    auto r = launch_worker(n, "Ddp");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    for (int k = 0; k < n; ++k)
+      EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
+  }
+}
+
 // ---- run as the ranks (MM_DIST_WORKER set by the tests above) ----
+
+TEST(DistWorker, Ddp) {
+  if (!worker()) GTEST_SKIP() << "runs under mm launch only";
+  auto dp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
+  const int n = dp->size(), r = dp->rank();
+  at::manual_seed(11 + r);  // different on every rank: broadcast_parameters must make them equal
+  std::vector<at::Tensor> params = {at::randn({6, 4}).requires_grad_(), at::randn({6}).requires_grad_(),
+                                    at::randn({3, 6}).requires_grad_()};
+  DistributedDataParallel ddp(params, dp, /*bucket_cap_bytes=*/64);
+  EXPECT_GE(ddp.num_buckets(), 3);
+  ddp.broadcast_parameters();
+  at::manual_seed(7);
+  const int64_t B = 4 * n;
+  at::Tensor x = at::randn({B, 4});  // the global batch, the same everywhere
+  auto loss = [](const std::vector<at::Tensor>& p, const at::Tensor& xs, double count) {
+    return (at::linear(at::tanh(at::linear(xs, p[0], p[1])), p[2]).pow(2).sum() / count);
+  };
+  // The reference: one process, the whole batch, on copies of the (now common) weights.
+  std::vector<at::Tensor> ref;
+  for (auto& p : params) ref.push_back(p.detach().clone().requires_grad_());
+  loss(ref, x, static_cast<double>(B)).backward();
+
+  auto check = [&](const char* what) {
+    for (size_t k = 0; k < params.size(); ++k)
+      EXPECT_LT((params[k].grad() - ref[k].grad()).abs().max().item<double>(), 1e-6) << what << " parameter " << k;
+  };
+  // Each rank its share of the rows; the loss divided by the global count.
+  loss(params, x.narrow(0, 4 * r, 4), static_cast<double>(B)).backward();
+  EXPECT_EQ(ddp.reductions(), ddp.num_buckets());
+  check("one step");
+  // Gradient accumulation: two micro-steps, the first without communication.
+  for (auto& p : params) p.mutable_grad().zero_();
+  ddp.set_requires_sync(false);
+  loss(params, x.narrow(0, 4 * r, 2), static_cast<double>(B)).backward();
+  EXPECT_EQ(ddp.reductions(), ddp.num_buckets());  // nothing sent
+  ddp.set_requires_sync(true);
+  loss(params, x.narrow(0, 4 * r + 2, 2), static_cast<double>(B)).backward();
+  EXPECT_EQ(ddp.reductions(), 2 * ddp.num_buckets());
+  check("two micro-steps");
+}
+
 
 TEST(DistWorker, Mesh) {
   if (!worker()) GTEST_SKIP() << "runs under mm launch only";

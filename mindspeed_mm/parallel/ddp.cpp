@@ -1,0 +1,108 @@
+// DDP: bucketed gradient all-reduce overlapping backward.
+#include "mindspeed_mm/parallel/ddp.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "mindspeed_mm/core/errors.h"
+
+namespace mm::parallel {
+
+namespace {
+
+struct GradReadyHook : torch::autograd::FunctionPostHook {
+  GradReadyHook(DistributedDataParallel* d, size_t i) : ddp(d), index(i) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    ddp->grad_ready(index);
+    return outputs;
+  }
+  DistributedDataParallel* ddp;
+  size_t index;
+};
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params, std::shared_ptr<Communicator> dp,
+                                                 int64_t bucket_cap_bytes)
+    : params_(std::move(params)), dp_(std::move(dp)), bucket_of_(params_.size()) {
+  // Reverse registration order: the last layers' gradients are ready first.
+  Bucket cur;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const at::Tensor& p = params_[k];
+    MM_CHECK(p.requires_grad(), "ddp: parameter ", k, " does not require grad (pass trainable parameters only)");
+    if (!cur.params.empty() && (cur.numel + p.numel()) * 4 > bucket_cap_bytes) {
+      buckets_.push_back(std::move(cur));
+      cur = Bucket();
+    }
+    cur.params.push_back(k);
+    cur.numel += p.numel();
+  }
+  if (!cur.params.empty()) buckets_.push_back(std::move(cur));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].pending = static_cast<int>(buckets_[b].params.size());
+    for (size_t k : buckets_[b].params) bucket_of_[k] = b;
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k]);
+    acc->add_post_hook(std::make_unique<GradReadyHook>(this, k));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+void DistributedDataParallel::broadcast_parameters() {
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    at::Tensor v = p.detach();
+    dp_->broadcast(v, 0);
+  }
+}
+
+void DistributedDataParallel::launch(Bucket& b) {
+  b.flat = at::empty({b.numel}, at::TensorOptions().dtype(at::kFloat));
+  int64_t off = 0;
+  for (size_t k : b.params) {
+    const at::Tensor& g = params_[k].grad();
+    const int64_t n = params_[k].numel();
+    if (g.defined()) b.flat.narrow(0, off, n).copy_(g.reshape({-1}));
+    else b.flat.narrow(0, off, n).zero_();  // unused in this backward: contributes zeros
+    off += n;
+  }
+  b.work = dp_->all_reduce_async(b.flat);
+  ++reductions_;
+}
+
+void DistributedDataParallel::grad_ready(size_t k) {
+  if (!sync_ || dp_->size() == 1) return;
+  if (!callback_queued_) {
+    callback_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  }
+  Bucket& b = buckets_[bucket_of_[k]];
+  if (--b.pending == 0) launch(b);
+}
+
+void DistributedDataParallel::finish_backward() {
+  callback_queued_ = false;
+  for (Bucket& b : buckets_) {
+    if (!b.work) launch(b);  // some of its parameters got no gradient in this backward
+    b.work->wait();
+    b.work.reset();
+    int64_t off = 0;
+    for (size_t k : b.params) {
+      at::Tensor& p = params_[k];
+      const int64_t n = p.numel();
+      at::Tensor reduced = b.flat.narrow(0, off, n).view(p.sizes()).to(p.scalar_type());
+      if (p.grad().defined()) p.mutable_grad().copy_(reduced);
+      else p.mutable_grad() = reduced.clone();
+      off += n;
+    }
+    b.pending = static_cast<int>(b.params.size());
+  }
+}
+
+}  // namespace mm::parallel
