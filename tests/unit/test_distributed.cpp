@@ -46,6 +46,13 @@ mm::test::CommandResult launch_worker(int n, const std::string& name, const std:
                                mode + " " + self_binary() + " --gtest_filter=DistWorker." + name);
 }
 
+// Every rank's GoogleTest run passed.
+void expect_all_ranks_passed(const mm::test::CommandResult& r, int n) {
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int k = 0; k < n; ++k)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
+}
+
 bool worker() { return std::getenv("MM_DIST_WORKER") != nullptr; }
 std::string mode() { return std::getenv("MM_DIST_MODE") ? std::getenv("MM_DIST_MODE") : ""; }
 
@@ -96,12 +103,7 @@ TEST(Launch, PrefixesRanksAndStopsTheOthersWhenOneFails) {
 }
 
 TEST(Distributed, CollectivesOnTwoAndThreeRanks) {
-  for (int n : {2, 3}) {
-    auto r = launch_worker(n, "Collectives");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    for (int k = 0; k < n; ++k)
-      EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
-  }
+  for (int n : {2, 3}) expect_all_ranks_passed(launch_worker(n, "Collectives"), n);
 }
 
 TEST(Distributed, MissingOrDeadRankIsAClearErrorWithinTheTimeout) {
@@ -154,19 +156,11 @@ TEST(DeviceMesh, LayoutGroupsAndErrors) {
 }
 
 TEST(Distributed, HsdpMeshGroupsOnFourRanks) {
-  auto r = launch_worker(4, "Mesh");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (int k = 0; k < 4; ++k)
-    EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
+  expect_all_ranks_passed(launch_worker(4, "Mesh"), 4);
 }
 
 TEST(Distributed, DdpGradientsEqualOneProcessOnTheWholeBatch) {
-  for (int n : {2, 3}) {
-    auto r = launch_worker(n, "Ddp");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    for (int k = 0; k < n; ++k)
-      EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
-  }
+  for (int n : {2, 3}) expect_all_ranks_passed(launch_worker(n, "Ddp"), n);
 }
 
 // ---- run as the ranks (MM_DIST_WORKER set by the tests above) ----
