@@ -223,19 +223,21 @@ TrainSummary train(const config::Config& cfg) {
     if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
     auto t0 = std::chrono::steady_clock::now();
     std::vector<data::Batch> micro;
+    std::vector<models::MultimodalInputs> micro_inputs;  // built once: FLOPs accounting and forward
     int64_t step_tokens = 0, input_tokens = 0;  // labeled (the loss's normaliser); every real input token
     double step_flops = 0;
     for (int64_t m = 0; m < tc.gradient_accumulation_steps; ++m) {
       micro.push_back(lm.train->next());
       step_tokens += micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>();
-      const models::MultimodalInputs in = batch_inputs(micro.back());
-      input_tokens += models::real_tokens(in);
-      step_flops += model->training_flops(in);
+      micro_inputs.push_back(batch_inputs(micro.back()));
+      input_tokens += models::real_tokens(micro_inputs.back());
+      step_flops += model->training_flops(micro_inputs.back());
     }
     // Per-token loss over the whole step: each micro-batch's summed loss is divided by the step's
     // token count, so the gradient is the same for any split into micro-batches.
     double loss_sum = 0;
-    for (auto& b : micro) {
+    for (size_t m = 0; m < micro.size(); ++m) {
+      const data::Batch& b = micro[m];
       if (!warned_vision && !model->has_vision() && (b.pixel_values.defined() || b.pixel_values_videos.defined())) {
         log::warn("model ", cfg.model.id, " has no vision tower: the batches' images and videos are not used, their ",
                   "pad tokens train as ordinary tokens");
@@ -244,7 +246,7 @@ TrainSummary train(const config::Config& cfg) {
       at::Tensor logits;
       {
         AutocastScope autocast(bf16);
-        logits = forward_batch(*model, b);
+        logits = model->forward_multimodal(micro_inputs[m]);
       }
       auto ce = models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
       (ce.sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();

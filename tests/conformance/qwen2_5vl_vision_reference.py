@@ -11,7 +11,6 @@
 #          as under `visual.`), DIR/inputs.safetensors (pixel_values, grid_thw)
 #   writes DIR/features.safetensors ("features" [N / merge^2, out_hidden_size],
 #          "window_index" [N / merge^2], "cu_window_seqlens")
-import json
 import math
 import os
 import sys
@@ -20,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from qwen2_reference import load_safetensors, save_safetensors  # noqa: E402
-from qwen2vl_vision_reference import apply_rotary, rot_pos_emb  # noqa: E402
+from qwen2_reference import save_safetensors  # noqa: E402
+from qwen2vl_vision_reference import apply_rotary, load_case, patch_embed, rot_pos_emb  # noqa: E402
 
 
 def rms_norm(x, w, eps=1e-6):
@@ -68,17 +67,13 @@ def additive_mask(cu, n, dtype):
 
 def main():
     d = sys.argv[1]
-    cfg = json.load(open(os.path.join(d, "vision_config.json")))
-    w = load_safetensors(os.path.join(d, "weights.safetensors"))
-    inp = load_safetensors(os.path.join(d, "inputs.safetensors"))
-    x, grid = inp["pixel_values"], inp["grid_thw"]
+    cfg, w, x, grid = load_case(d)
     E, heads, m = cfg["hidden_size"], cfg["num_heads"], cfg["spatial_merge_size"]
-    C, T, P = cfg["in_chans"], cfg["temporal_patch_size"], cfg["patch_size"]
+    P = cfg["patch_size"]
     unit = m * m
     hd = E // heads
     with torch.no_grad():
-        h = F.conv3d(x.view(-1, C, T, P, P).to(w["patch_embed.proj.weight"].dtype), w["patch_embed.proj.weight"],
-                     stride=(T, P, P)).view(-1, E)
+        h = patch_embed(cfg, w, x, E)
         freqs = rot_pos_emb(grid, hd, m)
         window_index, cu_window = get_window_index(grid, cfg["window_size"], P, m)
         cu_window = torch.unique_consecutive(torch.tensor(cu_window, dtype=torch.int32))

@@ -53,18 +53,28 @@ def act(name, x):
     return F.gelu(x)
 
 
-def main():
-    d = sys.argv[1]
+def load_case(d):
+    """DIR's vision config, weights, pixel_values and grid_thw (shared with the Qwen2.5-VL reference)."""
     cfg = json.load(open(os.path.join(d, "vision_config.json")))
     w = load_safetensors(os.path.join(d, "weights.safetensors"))
     inp = load_safetensors(os.path.join(d, "inputs.safetensors"))
-    x, grid = inp["pixel_values"], inp["grid_thw"]
-    E, heads, m = cfg["embed_dim"], cfg["num_heads"], cfg["spatial_merge_size"]
+    return cfg, w, inp["pixel_values"], inp["grid_thw"]
+
+
+def patch_embed(cfg, w, x, E):
+    """PatchEmbed: a real Conv3d with kernel = stride = (temporal, patch, patch)."""
     C, T, P = cfg["in_chans"], cfg["temporal_patch_size"], cfg["patch_size"]
+    weight = w["patch_embed.proj.weight"]
+    return F.conv3d(x.view(-1, C, T, P, P).to(weight.dtype), weight, stride=(T, P, P)).view(-1, E)
+
+
+def main():
+    d = sys.argv[1]
+    cfg, w, x, grid = load_case(d)
+    E, heads, m = cfg["embed_dim"], cfg["num_heads"], cfg["spatial_merge_size"]
     hd = E // heads
     with torch.no_grad():
-        h = F.conv3d(x.view(-1, C, T, P, P).to(w["patch_embed.proj.weight"].dtype), w["patch_embed.proj.weight"],
-                     stride=(T, P, P)).view(-1, E)
+        h = patch_embed(cfg, w, x, E)
         freqs = rot_pos_emb(grid, hd, m)
         cu = F.pad(torch.repeat_interleave(grid[:, 1] * grid[:, 2], grid[:, 0]).cumsum(0), (1, 0), value=0)
         n = h.shape[0]

@@ -46,6 +46,19 @@ at::Tensor grids(std::vector<std::array<int64_t, 3>> g) {
   return t;
 }
 
+// Writes the tower, its config and the inputs to a fresh DIR, runs tests/conformance/SCRIPT on
+// it and returns DIR (the script leaves features.safetensors there).
+std::string run_reference(const char* script, const std::string& name, Qwen2VisionTransformer& v, const at::Tensor& px,
+                          const at::Tensor& g) {
+  const std::string dir = mm::test::fresh_dir(name);
+  std::ofstream(dir + "/vision_config.json") << v.config.to_json().dump();
+  mm::st::save_safetensors(dir + "/weights.safetensors", v.named_parameters());
+  mm::st::save_safetensors(dir + "/inputs.safetensors", {{"pixel_values", px}, {"grid_thw", g}});
+  auto r = mm::test::run_command("/usr/bin/python3 " + mm::test::source_dir() + "/tests/conformance/" + script + " " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir;
+}
+
 }  // namespace
 
 TEST(Qwen2VLVision, ParameterNamesAndCount) {
@@ -75,13 +88,9 @@ TEST(Qwen2VLVision, MatchesIndependentReference) {
     at::Tensor ours = v.forward(px, g);
     ASSERT_EQ(ours.sizes(), (at::IntArrayRef{n / 4, 24}));
 
-    const std::string dir = mm::test::fresh_dir(dtype == at::kDouble ? "qwen2vl_vision64" : "qwen2vl_vision32");
-    std::ofstream(dir + "/vision_config.json") << tiny().to_json().dump();
-    mm::st::save_safetensors(dir + "/weights.safetensors", v.named_parameters());
-    mm::st::save_safetensors(dir + "/inputs.safetensors", {{"pixel_values", px}, {"grid_thw", g}});
-    auto r = mm::test::run_command("/usr/bin/python3 " + mm::test::source_dir() +
-                                   "/tests/conformance/qwen2vl_vision_reference.py " + dir);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string dir = run_reference("qwen2vl_vision_reference.py",
+                                          dtype == at::kDouble ? "qwen2vl_vision64" : "qwen2vl_vision32", v, px, g);
+    if (HasFailure()) return;
     at::Tensor ref = mm::st::SafetensorsReader(dir + "/features.safetensors").get_copy("features");
     const double err = (ours.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
     const double scale = ref.to(at::kDouble).abs().max().item<double>();
@@ -213,13 +222,9 @@ TEST(Qwen2_5VLVision, MatchesIndependentReference) {
     at::Tensor ours = v.forward(px, g);
     ASSERT_EQ(ours.sizes(), (at::IntArrayRef{n / 4, 24}));
 
-    const std::string dir = mm::test::fresh_dir(dtype == at::kDouble ? "qwen2_5vl_vision64" : "qwen2_5vl_vision32");
-    std::ofstream(dir + "/vision_config.json") << tiny25().to_json().dump();
-    mm::st::save_safetensors(dir + "/weights.safetensors", v.named_parameters());
-    mm::st::save_safetensors(dir + "/inputs.safetensors", {{"pixel_values", px}, {"grid_thw", g}});
-    auto r = mm::test::run_command("/usr/bin/python3 " + mm::test::source_dir() +
-                                   "/tests/conformance/qwen2_5vl_vision_reference.py " + dir);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string dir = run_reference("qwen2_5vl_vision_reference.py",
+                                          dtype == at::kDouble ? "qwen2_5vl_vision64" : "qwen2_5vl_vision32", v, px, g);
+    if (HasFailure()) return;
     mm::st::SafetensorsReader ref_file(dir + "/features.safetensors");
     WindowIndex wi = qwen2_5_vl_window_index(g, 2, 2);
     EXPECT_TRUE(at::equal(ref_file.get_copy("window_index"), at::tensor(wi.index, at::kLong)));
