@@ -11,7 +11,6 @@
 #          as under `visual.`), DIR/inputs.safetensors (pixel_values, grid_thw)
 #   writes DIR/features.safetensors ("features" [N / merge^2, out_hidden_size],
 #          "window_index" [N / merge^2], "cu_window_seqlens")
-import math
 import os
 import sys
 
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 from qwen2_reference import save_safetensors  # noqa: E402
-from qwen2vl_vision_reference import apply_rotary, load_case, patch_embed, rot_pos_emb  # noqa: E402
+from qwen2vl_vision_reference import load_case, patch_embed, rot_pos_emb, vision_attention  # noqa: E402
 
 
 def rms_norm(x, w, eps=1e-6):
@@ -87,14 +86,7 @@ def main():
             p = lambda k: w[f"blocks.{b}.{k}"]  # noqa: E731
             mask = full_mask if b in cfg["fullatt_block_indexes"] else window_mask
             y = rms_norm(h, p("norm1.weight"))
-            q, k, v = F.linear(y, p("attn.qkv.weight"), p("attn.qkv.bias")).reshape(n, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
-            q = apply_rotary(q.unsqueeze(0), freqs).squeeze(0).transpose(0, 1)
-            k = apply_rotary(k.unsqueeze(0), freqs).squeeze(0).transpose(0, 1)
-            v = v.transpose(0, 1)
-            a = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(hd) + mask
-            a = torch.softmax(a, dim=-1, dtype=torch.float32).to(q.dtype)
-            o = torch.matmul(a, v).transpose(0, 1).reshape(n, -1)
-            h = h + F.linear(o, p("attn.proj.weight"), p("attn.proj.bias"))
+            h = h + vision_attention(y, p, heads, hd, freqs, mask)
             y = rms_norm(h, p("norm2.weight"))
             gate = F.silu(F.linear(y, p("mlp.gate_proj.weight"), p("mlp.gate_proj.bias")))
             up = F.linear(y, p("mlp.up_proj.weight"), p("mlp.up_proj.bias"))

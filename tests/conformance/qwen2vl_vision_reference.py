@@ -47,6 +47,19 @@ def apply_rotary(x, freqs):
     return ((x * cos) + (rotate_half(x) * sin)).to(orig)
 
 
+def vision_attention(y, p, heads, hd, freqs, mask):
+    """VisionAttention (eager): fused qkv, 2-D rotary in float32, additive mask, softmax in float32, proj."""
+    n = y.shape[0]
+    q, k, v = F.linear(y, p("attn.qkv.weight"), p("attn.qkv.bias")).reshape(n, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
+    q = apply_rotary(q.unsqueeze(0), freqs).squeeze(0).transpose(0, 1)
+    k = apply_rotary(k.unsqueeze(0), freqs).squeeze(0).transpose(0, 1)
+    v = v.transpose(0, 1)
+    a = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(hd) + mask
+    a = torch.softmax(a, dim=-1, dtype=torch.float32).to(q.dtype)
+    o = torch.matmul(a, v).transpose(0, 1).reshape(n, -1)
+    return F.linear(o, p("attn.proj.weight"), p("attn.proj.bias"))
+
+
 def act(name, x):
     if name == "quick_gelu":
         return x * torch.sigmoid(1.702 * x)
@@ -84,14 +97,7 @@ def main():
         for b in range(cfg["depth"]):
             p = lambda k: w[f"blocks.{b}.{k}"]  # noqa: E731
             y = F.layer_norm(h, (E,), p("norm1.weight"), p("norm1.bias"), 1e-6)
-            q, k, v = F.linear(y, p("attn.qkv.weight"), p("attn.qkv.bias")).reshape(n, 3, heads, -1).permute(1, 0, 2, 3).unbind(0)
-            q = apply_rotary(q.unsqueeze(0), freqs).squeeze(0).transpose(0, 1)
-            k = apply_rotary(k.unsqueeze(0), freqs).squeeze(0).transpose(0, 1)
-            v = v.transpose(0, 1)
-            a = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(hd) + mask
-            a = torch.softmax(a, dim=-1, dtype=torch.float32).to(q.dtype)
-            o = torch.matmul(a, v).transpose(0, 1).reshape(n, -1)
-            h = h + F.linear(o, p("attn.proj.weight"), p("attn.proj.bias"))
+            h = h + vision_attention(y, p, heads, hd, freqs, mask)
             y = F.layer_norm(h, (E,), p("norm2.weight"), p("norm2.bias"), 1e-6)
             y = F.linear(act(cfg["hidden_act"], F.linear(y, p("mlp.fc1.weight"), p("mlp.fc1.bias"))),
                          p("mlp.fc2.weight"), p("mlp.fc2.bias"))
