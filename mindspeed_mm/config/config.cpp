@@ -22,8 +22,7 @@ YAML::Node load_yaml(const std::string& text, const std::string& name) {
 void validate(const Config& c, const Source& src, bool for_training) {
   auto fail = [&](const std::string& msg) { throw ConfigError(cat("config: ", msg, " in ", src.file)); };
   const auto& p = c.parallel;
-  if (p.data_parallel_replicate_size * p.data_parallel_shard_size * p.context_parallel_size * p.tensor_parallel_size != 1)
-    fail("parallel sizes other than 1 need the distributed runtime, which this build does not have yet");
+  if (p.data_parallel_shard_size == 0) fail("parallel.data_parallel_shard_size must be >= 1, or -1 for the rest of the world");
   if (for_training && c.data.paths.empty()) fail("data.paths must name at least one file or directory");
   if (c.model.config.is_null() || (!c.model.config.is_object()))
     fail("model.config must be a mapping of Hugging Face config.json fields");

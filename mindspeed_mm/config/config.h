@@ -11,17 +11,22 @@
 namespace mm::config {
 
 struct ParallelConfig {
-  // Sizes of the device mesh dp_replicate x dp_shard x cp x tp. Only 1 is supported until the
-  // distributed runtime lands; larger values are rejected with a clear message.
+  // Sizes of the device mesh dp_replicate x dp_shard x cp x tp (TorchTitan's degrees); their
+  // product must equal the world size. data_parallel_shard_size -1 takes the rest of the world:
+  // world / (replicate x cp x tp). replicate > 1 with shard 1 is DDP.
   int64_t data_parallel_replicate_size = 1;
-  int64_t data_parallel_shard_size = 1;
+  int64_t data_parallel_shard_size = -1;
   int64_t context_parallel_size = 1;
   int64_t tensor_parallel_size = 1;
+  double timeout_s = 600;                  // a collective that takes longer fails, naming the absent ranks
+  double ddp_bucket_cap_mb = 25;           // DDP gradient buckets
   template <class IO> void io(IO& io) {
     io("data_parallel_replicate_size", data_parallel_replicate_size, ge(1));
-    io("data_parallel_shard_size", data_parallel_shard_size, ge(1));
+    io("data_parallel_shard_size", data_parallel_shard_size, ge(-1));
     io("context_parallel_size", context_parallel_size, ge(1));
     io("tensor_parallel_size", tensor_parallel_size, ge(1));
+    io("timeout_s", timeout_s, gt(0));
+    io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
   }
 };
 
@@ -198,6 +203,10 @@ struct TrainingConfig {
   OptimizerConfig optimizer;
   LRScheduleConfig lr_schedule;
   double clip_grad = 1.0;                  // 0 = off
+  // per_token: the step's loss is the mean over every labeled token of the global batch (all
+  // micro-batches and data-parallel ranks); per_sample: the mean over samples of each sample's
+  // mean token loss. Either is the same for any DP size and accumulation count.
+  std::string loss_normalization = "per_token";
   std::string precision = "fp32";          // fp32 | bf16 (bf16 compute, fp32 weights)
   int64_t seed = 42;                       // weight init and everything random in training
   int64_t eval_interval = 0;               // 0 = only before and after training
@@ -217,6 +226,7 @@ struct TrainingConfig {
     io.section("optimizer", optimizer);
     io.section("lr_schedule", lr_schedule);
     io("clip_grad", clip_grad, ge(0));
+    io("loss_normalization", loss_normalization, one_of({"per_token", "per_sample"}));
     io("precision", precision, one_of({"fp32", "bf16"}));
     io("seed", seed, ge(0));
     io("eval_interval", eval_interval, ge(0));

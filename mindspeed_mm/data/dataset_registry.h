@@ -39,7 +39,9 @@ class BatchStream {
   virtual int64_t skipped_samples() const { return 0; }
 };
 
-// One in-order pass over validation batches: fn(batch) for at most max_batches (0 = all).
+// One in-order pass over validation batches: fn(batch) for at most max_batches (0 = all). Each
+// data-parallel rank runs batches k with k % world == rank, so the ranks' sums add up to one
+// process's pass.
 using ValPass = std::function<void(int64_t batch_size, int64_t max_batches, const std::function<void(const Batch&)>& fn)>;
 
 struct TrainData {

@@ -206,6 +206,22 @@ at::Tensor Communicator::all_gather(const at::Tensor& t) {
   return out.to(t.scalar_type());
 }
 
+std::shared_ptr<PendingWork> Communicator::all_gather_async(const at::Tensor& t, at::Tensor& out) {
+  MM_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat && out.dim() >= 1 &&
+               out.size(0) == size_ && out.numel() == t.numel() * size_,
+           "all_gather_async: needs a contiguous fp32 tensor and an fp32 output of [", size_, ", ...]");
+  if (size_ == 1) {
+    out[0].view_as(t).copy_(t);
+    return std::make_shared<WorkHandle>(this, "all_gather", seq_, c10::intrusive_ptr<c10d::Work>());
+  }
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size_; ++r) outputs[0].push_back(out[r].view_as(t));
+  std::vector<at::Tensor> inputs = {t};
+  c10d::AllgatherOptions o;
+  o.timeout = timeout_;
+  return start("all_gather", [&](c10d::ProcessGroup& pg) { return pg.allgather(outputs, inputs, o); });
+}
+
 at::Tensor Communicator::all_gather_uneven(const at::Tensor& t, const std::vector<int64_t>& counts) {
   MM_CHECK(static_cast<int>(counts.size()) == size_ && t.size(0) == counts[rank_], "all_gather_uneven: rank ", rank_,
            " holds ", t.size(0), " rows but counts say ", counts.size() == size_ ? counts[rank_] : -1);

@@ -54,6 +54,9 @@ class Communicator {
   std::shared_ptr<PendingWork> all_reduce_async(at::Tensor& t);
   // Every rank's tensor (all the same shape) stacked along a new first dimension: [size, ...].
   at::Tensor all_gather(const at::Tensor& t);
+  // All-gather of a contiguous fp32 tensor into out ([size, ...], fp32, size x t's elements)
+  // without waiting (FSDP prefetches the next units' parameters).
+  std::shared_ptr<PendingWork> all_gather_async(const at::Tensor& t, at::Tensor& out);
   // Uneven sizes: rank r contributes t with counts[r] rows (dim 0); the result concatenates them.
   at::Tensor all_gather_uneven(const at::Tensor& t, const std::vector<int64_t>& counts);
   // t [size * chunk, ...] -> the sum over ranks of block `rank()`: [chunk, ...]. t.size(0) must

@@ -1,12 +1,12 @@
 // DDP: bucketed gradient all-reduce overlapping backward.
 #include "mindspeed_mm/parallel/ddp.h"
 
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/parallel/backward_hooks.h"
 
 namespace mm::parallel {
 
@@ -76,20 +76,24 @@ void DistributedDataParallel::launch(Bucket& b) {
   ++reductions_;
 }
 
+at::Tensor DistributedDataParallel::prepare_backward(const at::Tensor& loss) {
+  if (!sync_ || dp_->size() == 1) return loss;
+  return call_after_backward(loss, [this] { finish_backward(); });
+}
+
 void DistributedDataParallel::grad_ready(size_t k) {
   if (!sync_ || dp_->size() == 1) return;
-  if (!callback_queued_) {
-    callback_queued_ = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
-  }
-  Bucket& b = buckets_[bucket_of_[k]];
-  if (--b.pending == 0) launch(b);
+  --buckets_[bucket_of_[k]].pending;
+  // Buckets start in index order on every rank, so the ranks' collectives pair up even when a
+  // parameter gets no gradient on some rank (a batch without images leaves the vision tower idle).
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
 }
 
 void DistributedDataParallel::finish_backward() {
-  callback_queued_ = false;
+  // The rest, in order: some of their parameters got no gradient in this backward.
+  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  next_launch_ = 0;
   for (Bucket& b : buckets_) {
-    if (!b.work) launch(b);  // some of its parameters got no gradient in this backward
     b.work->wait();
     b.work.reset();
     int64_t off = 0;

@@ -2,9 +2,11 @@
 // sum over the data-parallel ranks. Gradients are all-reduced in buckets of about
 // bucket_cap_bytes, filled in reverse registration order (the order backward produces them): a
 // bucket's all-reduce starts from the AccumulateGrad post-hook of its last gradient while backward
-// is still running, and a callback queued on the autograd engine waits for all of them at the end
-// of backward. set_requires_sync(false) on gradient-accumulation micro-steps: no communication,
-// gradients accumulate locally, and the next synced backward reduces the accumulated sum.
+// is still running (buckets start in index order on every rank, so collectives pair up even when
+// a parameter gets no gradient on some rank), and a callback queued on the autograd engine from
+// the loss (prepare_backward) waits for all of them at the end of backward.
+// set_requires_sync(false) on gradient-accumulation micro-steps: no communication, gradients
+// accumulate locally, and the next synced backward reduces the accumulated sum.
 //
 // The sum (not the mean) is reduced: the trainer divides each rank's loss by the global token
 // count, so the summed gradient equals one process's on the whole batch.
@@ -32,6 +34,9 @@ class DistributedDataParallel {
   // Rank 0's values into every rank's parameters (start from identical weights).
   void broadcast_parameters();
   void set_requires_sync(bool sync) { sync_ = sync; }
+  // Call backward on the returned tensor (the loss, unchanged): when the backward completes,
+  // every bucket has been reduced. Without it the buckets are launched but never waited.
+  at::Tensor prepare_backward(const at::Tensor& loss);
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   // All-reduces launched so far (for tests: none on accumulation micro-steps).
   int64_t reductions() const { return reductions_; }
@@ -55,7 +60,8 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd keeps weak refs
-  bool sync_ = true, callback_queued_ = false;
+  size_t next_launch_ = 0;  // buckets launch in index order
+  bool sync_ = true;
   int64_t reductions_ = 0;
 };
 

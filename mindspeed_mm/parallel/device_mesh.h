@@ -47,6 +47,7 @@ class ParallelState {
   const DeviceMesh& mesh() const { return mesh_; }
   Communicator& world() { return *world_; }
   Communicator& group(MeshDim d) { return *groups_[static_cast<size_t>(d)]; }
+  std::shared_ptr<Communicator> shared_group(MeshDim d) const { return groups_[static_cast<size_t>(d)]; }
 
  private:
   std::shared_ptr<Communicator> world_;

@@ -33,6 +33,7 @@ std::string format_rate(double v) {
 ProgressReporter::ProgressReporter(const std::string& mode, const std::string& metrics_path, int64_t total_iters,
                                    int64_t log_interval)
     : total_(total_iters), log_interval_(log_interval), start_(std::chrono::steady_clock::now()) {
+  quiet_ = mode == "silent";
   bar_ = mode == "bar" || (mode == "auto" && isatty(fileno(stdout)));
   if (!metrics_path.empty()) {
     auto parent = std::filesystem::path(metrics_path).parent_path();
@@ -70,6 +71,7 @@ void ProgressReporter::step(const StepMetrics& m) {
     std::fprintf(metrics_, "%s\n", r.dump().c_str());
     std::fflush(metrics_);
   }
+  if (quiet_) return;
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   int64_t done = m.iteration - first_iter_;
   double eta = done > 0 ? elapsed / done * (total_ - m.iteration) : -1;
@@ -99,6 +101,7 @@ void ProgressReporter::step(const StepMetrics& m) {
 }
 
 void ProgressReporter::event(const std::string& text, const nlohmann::json& record) {
+  if (quiet_) return;
   clear_bar();
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);

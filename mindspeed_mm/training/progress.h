@@ -19,7 +19,7 @@ struct StepMetrics {
 
 class ProgressReporter {
  public:
-  // mode: "auto" | "bar" | "lines"; metrics_path may be empty. Appends to an existing file, so a
+  // mode: "auto" | "bar" | "lines" | "silent" (the other ranks of a distributed run); metrics_path may be empty. Appends to an existing file, so a
   // resumed run continues the same record.
   ProgressReporter(const std::string& mode, const std::string& metrics_path, int64_t total_iters, int64_t log_interval);
   ~ProgressReporter();
@@ -30,7 +30,7 @@ class ProgressReporter {
 
  private:
   void clear_bar();
-  bool bar_ = false;
+  bool bar_ = false, quiet_ = false;
   bool bar_visible_ = false;
   FILE* metrics_ = nullptr;
   int64_t total_, log_interval_;

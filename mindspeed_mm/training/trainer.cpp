@@ -15,6 +15,7 @@
 #include "mindspeed_mm/data/text_dataset.h"
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/parallel/ddp.h"
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/plans.h"
@@ -102,7 +103,8 @@ models::MultimodalInputs batch_inputs(const data::Batch& b) {
 
 at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) { return model.forward_multimodal(batch_inputs(b)); }
 
-double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16) {
+double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16,
+                const TrainParallel* par) {
   at::NoGradGuard no_grad;
   AutocastScope autocast(bf16);
   double sum = 0;
@@ -113,6 +115,11 @@ double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch
     sum += ce.sum.item<double>();
     count += ce.count.item<int64_t>();
   });
+  if (par) {
+    auto total = par->dp_sum({sum, static_cast<double>(count)});
+    sum = total[0];
+    count = static_cast<int64_t>(total[1]);
+  }
   return count > 0 ? sum / count : NAN;
 }
 
@@ -145,9 +152,18 @@ TrainSummary train(const config::Config& cfg) {
   optimizer_registry().get(tc.optimizer.id, "training.optimizer.id");
   lr_schedule_registry().get(tc.lr_schedule.id, "training.lr_schedule.id");
 
-  // Data.
+  // The process group, when a launcher started several ranks; the other ranks stay quiet.
+  TrainParallel par(cfg.parallel, parallel::DistEnv::from_environment());
+  if (par.shape().dp_shard > 1)
+    throw ConfigError(cat("config: FSDP (parallel.data_parallel_shard_size ", par.shape().dp_shard,
+                          ") is not built yet; set parallel.data_parallel_replicate_size=", par.dp_size(), " for DDP"));
+  if (!par.is_main()) log::set_level(log::Level::kWarn);
+
+  // Data: each data-parallel rank reads its own shard of every global batch.
   data::DataContext data_ctx;
   data_ctx.micro_batch_size = tc.micro_batch_size;
+  data_ctx.rank = par.dp_rank();
+  data_ctx.world = par.dp_size();
   data::TrainData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data, data_ctx);
 
   // Model, plans, optimizer.
@@ -174,6 +190,10 @@ TrainSummary train(const config::Config& cfg) {
   std::vector<at::Tensor> trainable_params;
   for (auto& p : model->parameters())
     if (p.requires_grad()) trainable_params.push_back(p);
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  if (par.dp_size() > 1)
+    ddp = std::make_unique<parallel::DistributedDataParallel>(
+        trainable_params, par.dp(), static_cast<int64_t>(cfg.parallel.ddp_bucket_cap_mb * (1 << 20)));
 
   checkpoint::TrainState state;
   state.config_yaml = config::to_yaml(cfg);
@@ -186,14 +206,16 @@ TrainSummary train(const config::Config& cfg) {
     lm.train->load_state(loaded.sampler);
     log::info("resumed from ", resume_dir, " at iteration ", state.iteration);
   }
+  if (ddp) ddp->broadcast_parameters();  // identical starting weights, whatever each rank loaded
 
   std::string metrics_path = tc.metrics_file;
   if (metrics_path.empty() && !tc.save_dir.empty()) metrics_path = (fs::path(tc.save_dir) / "metrics.jsonl").string();
-  ProgressReporter progress(cfg.tools.progress, metrics_path, tc.train_iters, tc.log_interval);
+  ProgressReporter progress(par.is_main() ? cfg.tools.progress : "silent", par.is_main() ? metrics_path : "",
+                            tc.train_iters, tc.log_interval);
 
   TrainSummary summary;
   if (lm.val) {
-    summary.val_loss_before = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16);
+    summary.val_loss_before = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &par);
     std::string line = cat("validation before training: loss ", fmt(summary.val_loss_before), " (ppl ",
                            fmt(std::exp(summary.val_loss_before), 2), ")");
     nlohmann::json record = {{"iter", state.iteration}, {"val_loss", summary.val_loss_before}};
@@ -207,14 +229,23 @@ TrainSummary train(const config::Config& cfg) {
   }
 
   // MM_DEBUG_KILL_AT_ITER=N: the process kills itself (SIGKILL) as iteration N begins; the
-  // exact-resume test uses it to crash a run between checkpoints.
+  // exact-resume test uses it to crash a run between checkpoints. MM_DEBUG_KILL_RANK=r: only
+  // rank r does (a rank dying mid-run).
   const char* kill_env = std::getenv("MM_DEBUG_KILL_AT_ITER");
-  const int64_t kill_at = kill_env ? std::atoll(kill_env) : -1;
+  const char* kill_rank_env = std::getenv("MM_DEBUG_KILL_RANK");
+  const int64_t kill_at =
+      kill_env && (!kill_rank_env || std::atoi(kill_rank_env) == par.env().rank) ? std::atoll(kill_env) : -1;
+  const bool per_sample = tc.loss_normalization == "per_sample";
 
   double tokens_total = 0, time_total = 0;
+  // DDP: every rank holds the same weights and optimizer state; rank 0 writes them, and the
+  // others wait so that nobody resumes from a half-written folder.
   auto save = [&] {
-    std::string dir = checkpoint::save_train_checkpoint(tc.save_dir, state, model->hf_config(), *model, *optimizer);
-    progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
+    if (par.is_main()) {
+      std::string dir = checkpoint::save_train_checkpoint(tc.save_dir, state, model->hf_config(), *model, *optimizer);
+      progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
+    }
+    par.barrier();
   };
 
   state.sampler = lm.train->state();  // a run that takes no step still saves a resumable state
@@ -224,17 +255,23 @@ TrainSummary train(const config::Config& cfg) {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<data::Batch> micro;
     std::vector<models::MultimodalInputs> micro_inputs;  // built once: FLOPs accounting and forward
-    int64_t step_tokens = 0, input_tokens = 0;  // labeled (the loss's normaliser); every real input token
-    double step_flops = 0;
+    // Local counts of this rank's micro-batches: labeled tokens and scored samples (the loss's
+    // normalisers), every real input token, FLOPs.
+    double step_tokens = 0, step_samples = 0, input_tokens = 0, step_flops = 0;
     for (int64_t m = 0; m < tc.gradient_accumulation_steps; ++m) {
       micro.push_back(lm.train->next());
-      step_tokens += micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>();
+      step_tokens += static_cast<double>(micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>());
+      if (per_sample) step_samples += static_cast<double>(models::scored_samples(micro.back().labels, micro.back().segment_ids));
       micro_inputs.push_back(batch_inputs(micro.back()));
-      input_tokens += models::real_tokens(micro_inputs.back());
+      input_tokens += static_cast<double>(models::real_tokens(micro_inputs.back()));
       step_flops += model->training_flops(micro_inputs.back());
     }
-    // Per-token loss over the whole step: each micro-batch's summed loss is divided by the step's
-    // token count, so the gradient is the same for any split into micro-batches.
+    // The normaliser is global: every micro-batch's summed loss (over tokens, or over samples'
+    // mean token losses) is divided by the count over the whole step on all data-parallel ranks,
+    // and DDP sums the gradients, so the update is the same for any DP size and accumulation count.
+    const auto global = par.dp_sum({step_tokens, step_samples, input_tokens, step_flops,
+                                    static_cast<double>(lm.train->skipped_samples())});
+    const double normaliser = std::max(1.0, per_sample ? global[1] : global[0]);
     double loss_sum = 0;
     for (size_t m = 0; m < micro.size(); ++m) {
       const data::Batch& b = micro[m];
@@ -248,11 +285,14 @@ TrainSummary train(const config::Config& cfg) {
         AutocastScope autocast(bf16);
         logits = model->forward_multimodal(micro_inputs[m]);
       }
-      auto ce = models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
-      (ce.sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
+      auto ce = per_sample ? models::lm_cross_entropy_per_sample_sum(logits.to(at::kFloat), b.labels, b.segment_ids)
+                           : models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
+      if (ddp) ddp->set_requires_sync(m + 1 == micro.size());  // one reduction per step, after the last micro-batch
+      at::Tensor scaled = ce.sum / normaliser;
+      (ddp ? ddp->prepare_backward(scaled) : scaled).backward();
       loss_sum += ce.sum.item<double>();
     }
-    const double loss = loss_sum / std::max<int64_t>(1, step_tokens);
+    const double loss = par.dp_sum({loss_sum})[0] / normaliser;
     if (!std::isfinite(loss))
       throw Error(cat("training: loss is ", loss, " at iteration ", state.iteration + 1,
                       "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));
@@ -261,7 +301,7 @@ TrainSummary train(const config::Config& cfg) {
     optimizer->step(lr);
     optimizer->zero_grad();
     state.iteration += 1;
-    state.consumed_samples += tc.micro_batch_size * tc.gradient_accumulation_steps;
+    state.consumed_samples += tc.micro_batch_size * tc.gradient_accumulation_steps * par.dp_size();
     state.sampler = lm.train->state();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -271,17 +311,17 @@ TrainSummary train(const config::Config& cfg) {
     sm.lr = lr;
     sm.grad_norm = grad_norm;
     sm.step_time_s = dt;
-    sm.tokens = input_tokens;
-    sm.tokens_per_s = input_tokens / dt;
-    sm.tflops = step_flops / dt / 1e12;
+    sm.tokens = static_cast<int64_t>(global[2]);  // the whole job's
+    sm.tokens_per_s = global[2] / dt;
+    sm.tflops = global[3] / dt / 1e12;
     sm.mfu = cfg.tools.peak_tflops > 0 ? sm.tflops / cfg.tools.peak_tflops : -1;
-    sm.skipped_samples = lm.train->skipped_samples();
-    tokens_total += input_tokens;
+    sm.skipped_samples = static_cast<int64_t>(global[4]);
+    tokens_total += global[2];
     time_total += dt;
     progress.step(sm);
 
     if (tc.eval_interval > 0 && state.iteration % tc.eval_interval == 0 && state.iteration < tc.train_iters && lm.val) {
-      double v = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16);
+      double v = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &par);
       progress.event(cat("validation at iteration ", state.iteration, ": loss ", fmt(v), " (ppl ", fmt(std::exp(v), 2), ")"),
                      {{"iter", state.iteration}, {"val_loss", v}});
     }
@@ -289,24 +329,24 @@ TrainSummary train(const config::Config& cfg) {
   }
   summary.iterations = state.iteration;
   summary.mean_tokens_per_s = time_total > 0 ? tokens_total / time_total : 0;
-  summary.skipped_samples = lm.train->skipped_samples();
+  summary.skipped_samples = static_cast<int64_t>(par.dp_sum({static_cast<double>(lm.train->skipped_samples())})[0]);
   if (summary.skipped_samples > 0)
     progress.event(cat("data: skipped ", summary.skipped_samples, " bad sample(s) in all (each named in a warning above)"),
                    {{"iter", state.iteration}, {"skipped_samples", summary.skipped_samples}});
 
   if (lm.val) {
-    summary.val_loss_after = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16);
+    summary.val_loss_after = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &par);
     progress.event(cat("validation after training: loss ", fmt(summary.val_loss_after), " (ppl ",
                        fmt(std::exp(summary.val_loss_after), 2), ")"),
                    {{"iter", state.iteration}, {"val_loss", summary.val_loss_after}});
   }
   if (!tc.save_dir.empty() && (tc.save_interval == 0 || state.iteration % tc.save_interval != 0)) save();
-  if (!tc.export_dir.empty()) {
+  if (!tc.export_dir.empty() && par.is_main()) {
     checkpoint::export_hf_directory(tc.export_dir, model->hf_config(), *model);
     progress.event(cat("exported Hugging Face model to ", tc.export_dir), nullptr);
   }
   const auto& sc = cfg.tools.sample;
-  if (!sc.prompt.empty() && sc.max_new_tokens > 0) {
+  if (!sc.prompt.empty() && sc.max_new_tokens > 0 && par.is_main()) {
     auto ids = greedy_generate(*model, lm.encode(sc.prompt), sc.max_new_tokens, lm.eos_id, seq_len);
     summary.sample = lm.decode(ids);
     progress.event(cat("sample (greedy): ", sc.prompt, summary.sample), {{"sample_prompt", sc.prompt}, {"sample", summary.sample}});

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,16 @@ inline CommandResult run_command(const std::string& cmd) {
 }
 
 inline std::string mm_binary() { return MM_BINARY; }
+
+// A loopback port for a test's TCPStore, spread by pid so parallel test processes rarely collide.
+inline int free_port() { return 20000 + static_cast<int>(getpid() % 20000) + std::rand() % 1000; }
+
+// `mm launch` of n ranks on a fresh port; a long grace period lets the surviving ranks report
+// their own error before the launcher stops them.
+inline std::string mm_launch(int n) {
+  return mm_binary() + " launch --grace 20 --nproc-per-node " + std::to_string(n) + " --master-port " +
+         std::to_string(free_port()) + " -- ";
+}
 inline std::string source_dir() { return MM_SOURCE_DIR; }
 
 // A fresh empty directory under the build tree for one test.

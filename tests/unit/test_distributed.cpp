@@ -36,14 +36,10 @@ std::string self_binary() {
   return std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
 }
 
-int free_port() { return 20000 + static_cast<int>(getpid() % 20000) + std::rand() % 1000; }
-
 // Runs the DistWorker test `name` on n ranks under mm launch.
-// A long grace period lets the surviving ranks report their own error before the launcher stops them.
 mm::test::CommandResult launch_worker(int n, const std::string& name, const std::string& mode = "") {
-  return mm::test::run_command(mm::test::mm_binary() + " launch --grace 20 --nproc-per-node " + std::to_string(n) +
-                               " --master-port " + std::to_string(free_port()) + " -- env MM_DIST_WORKER=1 MM_DIST_MODE=" +
-                               mode + " " + self_binary() + " --gtest_filter=DistWorker." + name);
+  return mm::test::run_command(mm::test::mm_launch(n) + "env MM_DIST_WORKER=1 MM_DIST_MODE=" + mode + " " + self_binary() +
+                               " --gtest_filter=DistWorker." + name);
 }
 
 // Every rank's GoogleTest run passed.
@@ -124,7 +120,7 @@ TEST(Distributed, MissingOrDeadRankIsAClearErrorWithinTheTimeout) {
   EXPECT_NE(killed.output.find("rank 1 exited with code 137; stopping the other ranks"), std::string::npos) << killed.output;
 
   // Without a launcher to stop it, the surviving rank reports the dead peer itself within the timeout.
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(mm::test::free_port());
   auto rank = [&](int r) {
     return "env MM_DIST_WORKER=1 MM_DIST_MODE=kill RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
            port + " " + self_binary() + " --gtest_filter=DistWorker.Faults";
@@ -191,18 +187,32 @@ TEST(DistWorker, Ddp) {
       EXPECT_LT((params[k].grad() - ref[k].grad()).abs().max().item<double>(), 1e-6) << what << " parameter " << k;
   };
   // Each rank its share of the rows; the loss divided by the global count.
-  loss(params, x.narrow(0, 4 * r, 4), static_cast<double>(B)).backward();
+  ddp.prepare_backward(loss(params, x.narrow(0, 4 * r, 4), static_cast<double>(B))).backward();
   EXPECT_EQ(ddp.reductions(), ddp.num_buckets());
   check("one step");
   // Gradient accumulation: two micro-steps, the first without communication.
   for (auto& p : params) p.mutable_grad().zero_();
   ddp.set_requires_sync(false);
-  loss(params, x.narrow(0, 4 * r, 2), static_cast<double>(B)).backward();
+  ddp.prepare_backward(loss(params, x.narrow(0, 4 * r, 2), static_cast<double>(B))).backward();
   EXPECT_EQ(ddp.reductions(), ddp.num_buckets());  // nothing sent
   ddp.set_requires_sync(true);
-  loss(params, x.narrow(0, 4 * r + 2, 2), static_cast<double>(B)).backward();
+  ddp.prepare_backward(loss(params, x.narrow(0, 4 * r + 2, 2), static_cast<double>(B))).backward();
   EXPECT_EQ(ddp.reductions(), 2 * ddp.num_buckets());
   check("two micro-steps");
+
+  // A parameter that gets no gradient on rank 1 (its rows take a path without p[0] and p[1], as a
+  // text-only batch leaves the vision tower idle): the buckets still pair up across ranks, the
+  // idle rank contributes zeros, and the sum equals one process's.
+  auto mixed = [](const std::vector<at::Tensor>& p, const at::Tensor& xs, bool use_first, double count) {
+    at::Tensor h = use_first ? at::tanh(at::linear(xs, p[0], p[1])) : xs.narrow(1, 0, 4).repeat({1, 2}).narrow(1, 0, 6);
+    return at::linear(h, p[2]).pow(2).sum() / count;
+  };
+  for (auto& p : ref) p.mutable_grad().zero_();
+  for (int k = 0; k < n; ++k) mixed(ref, x.narrow(0, 4 * k, 4), k != 1, static_cast<double>(B)).backward();
+  for (auto& p : params) p.mutable_grad().zero_();
+  ddp.prepare_backward(mixed(params, x.narrow(0, 4 * r, 4), r != 1, static_cast<double>(B))).backward();
+  EXPECT_EQ(ddp.reductions(), 3 * ddp.num_buckets());
+  check("a parameter unused on rank 1");
 }
 
 

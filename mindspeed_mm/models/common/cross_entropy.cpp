@@ -19,6 +19,50 @@ CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor&
   return {sum, count};
 }
 
+namespace {
+
+// Flat sample index of every token: row * (segments per row) + segment, or the row.
+at::Tensor sample_index(const at::Tensor& labels, const at::Tensor& segment_ids, int64_t* num_samples) {
+  const int64_t B = labels.size(0), S = labels.numel() / std::max<int64_t>(1, B);
+  at::Tensor row = at::arange(B, at::kLong).unsqueeze(1).expand({B, S});
+  if (!segment_ids.defined()) {
+    *num_samples = B;
+    return row.reshape({-1});
+  }
+  MM_CHECK(segment_ids.sizes() == labels.sizes(), "cross_entropy: segment_ids ", segment_ids.sizes(), " and labels ",
+           labels.sizes(), " do not line up");
+  const int64_t per_row = segment_ids.numel() > 0 ? segment_ids.max().item<int64_t>() + 1 : 1;
+  *num_samples = B * std::max<int64_t>(1, per_row);
+  return (row * std::max<int64_t>(1, per_row) + segment_ids.to(at::kLong).clamp_min(0)).reshape({-1});
+}
+
+}  // namespace
+
+CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const at::Tensor& labels,
+                                                const at::Tensor& segment_ids) {
+  MM_CHECK(logits.dim() >= 2 && labels.dim() == logits.dim() - 1 &&
+               labels.sizes() == logits.sizes().slice(0, logits.dim() - 1),
+           "cross_entropy: logits ", logits.sizes(), " and labels ", labels.sizes(), " do not line up");
+  const int64_t V = logits.size(-1);
+  at::Tensor x = logits.reshape({-1, V});
+  if (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) x = x.to(at::kFloat);
+  at::Tensor y = labels.reshape({-1}).to(at::kLong);
+  at::Tensor per_token = at::cross_entropy_loss(x, y, {}, at::Reduction::None, kIgnoreIndex);  // 0 where ignored
+  int64_t n = 0;
+  at::Tensor sid = sample_index(labels, segment_ids, &n);
+  at::Tensor tokens = at::zeros({n}, x.options()).index_add(0, sid, (y != kIgnoreIndex).to(x.scalar_type()));
+  at::Tensor sums = at::zeros({n}, x.options()).index_add(0, sid, per_token);
+  at::Tensor scored = tokens > 0;
+  return {(sums / tokens.clamp_min(1)).masked_select(scored).sum(), scored.sum()};
+}
+
+int64_t scored_samples(const at::Tensor& labels, const at::Tensor& segment_ids) {
+  int64_t n = 0;
+  at::Tensor sid = sample_index(labels, segment_ids, &n);
+  at::Tensor tokens = at::zeros({n}, at::kLong).index_add(0, sid, (labels.reshape({-1}) != kIgnoreIndex).to(at::kLong));
+  return (tokens > 0).sum().item<int64_t>();
+}
+
 at::Tensor lm_cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
   auto [sum, count] = lm_cross_entropy_sum(logits, labels);
   return sum / count.clamp_min(1).to(sum.scalar_type());

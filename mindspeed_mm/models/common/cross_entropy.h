@@ -19,6 +19,14 @@ struct CrossEntropySum {
 // batch (sum over micro-batches and ranks) rather than averaging per micro-batch means.
 CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels);
 
+// Per-sample normalisation: `sum` is the sum over samples of each sample's mean token loss and
+// `count` the number of samples with at least one counted token. A sample is a segment of a
+// packed row when segment_ids [B, S] is defined (-1 = padding), else a whole row.
+CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const at::Tensor& labels,
+                                                const at::Tensor& segment_ids);
+// The `count` of lm_cross_entropy_per_sample_sum from the labels alone (before the forward).
+int64_t scored_samples(const at::Tensor& labels, const at::Tensor& segment_ids);
+
 // Mean over counted tokens; 0 (with zero gradients) when no token is counted.
 at::Tensor lm_cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
 

@@ -1,0 +1,56 @@
+#include "mindspeed_mm/training/parallel_setup.h"
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/logging.h"
+
+namespace mm::training {
+
+parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int world_size) {
+  parallel::MeshShape s;
+  s.dp_replicate = static_cast<int>(p.data_parallel_replicate_size);
+  s.cp = static_cast<int>(p.context_parallel_size);
+  s.tp = static_cast<int>(p.tensor_parallel_size);
+  const int rest = s.dp_replicate * s.cp * s.tp;
+  if (p.data_parallel_shard_size == -1) {
+    if (world_size % rest != 0)
+      throw ConfigError(cat("config: parallel.data_parallel_replicate_size ", s.dp_replicate, " x context_parallel_size ", s.cp,
+                            " x tensor_parallel_size ", s.tp, " = ", rest, " does not divide the world size ", world_size));
+    s.dp_shard = world_size / rest;
+  } else {
+    s.dp_shard = static_cast<int>(p.data_parallel_shard_size);
+  }
+  if (s.size() != world_size)
+    throw ConfigError(cat("config: parallel.data_parallel_replicate_size ", s.dp_replicate, " x data_parallel_shard_size ",
+                          s.dp_shard, " x context_parallel_size ", s.cp, " x tensor_parallel_size ", s.tp, " = ", s.size(),
+                          " does not equal the world size ", world_size, " (set by the launcher)"));
+  return s;
+}
+
+TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env)
+    : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
+  if (shape_.cp > 1 || shape_.tp > 1)
+    throw ConfigError("config: parallel.context_parallel_size and tensor_parallel_size other than 1 are not built yet");
+  if (!env_.distributed()) return;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
+  world_ = parallel::Communicator::create(env_, timeout);
+  state_ = std::make_unique<parallel::ParallelState>(world_, shape_);
+  dp_ = state_->shared_group(parallel::MeshDim::kDp);
+  dp_rank_ = dp_->rank();
+  log::info("distributed: rank ", env_.rank, " of ", env_.world_size, " (", env_.source, "), mesh dp_replicate ",
+            shape_.dp_replicate, " x dp_shard ", shape_.dp_shard, " x cp ", shape_.cp, " x tp ", shape_.tp);
+}
+
+std::vector<double> TrainParallel::dp_sum(std::vector<double> values) const {
+  if (!dp_ || dp_->size() == 1) return values;
+  at::Tensor t = at::tensor(values, at::kDouble);
+  dp_->all_reduce(t, parallel::ReduceOp::kSum);
+  auto a = t.accessor<double, 1>();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = a[static_cast<int64_t>(i)];
+  return values;
+}
+
+void TrainParallel::barrier() const {
+  if (world_) world_->barrier();
+}
+
+}  // namespace mm::training

@@ -1,0 +1,46 @@
+// How `mm train` joins a distributed job: the launcher's environment (mm launch, torchrun,
+// Slurm) gives this process's rank; the config's parallel section gives the mesh, checked
+// against the world size; the data-parallel group (replicate x shard) splits the batch.
+// One process without a launcher is a world of 1 and builds no process group.
+#pragma once
+
+#include <memory>
+
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/parallel/device_mesh.h"
+#include "mindspeed_mm/parallel/dist_env.h"
+
+namespace mm::training {
+
+// The parallel section's sizes with data_parallel_shard_size -1 resolved for world_size.
+// ConfigError when they do not multiply to the world size, naming every size.
+parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int world_size);
+
+class TrainParallel {
+ public:
+  // Joins the world group when env has more than one rank (collectives time out after
+  // p.timeout_s) and builds the mesh's groups.
+  TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env);
+
+  const parallel::DistEnv& env() const { return env_; }
+  const parallel::MeshShape& shape() const { return shape_; }
+  bool is_main() const { return env_.rank == 0; }   // logs, metrics, HF export, samples
+  int dp_rank() const { return dp_rank_; }
+  int dp_size() const { return shape_.dp_replicate * shape_.dp_shard; }
+  // The data-parallel group (null in a world of 1) and the mesh's groups (null likewise).
+  std::shared_ptr<parallel::Communicator> dp() const { return dp_; }
+  parallel::ParallelState* state() const { return state_.get(); }
+
+  // Sums of the values over the data-parallel ranks (the values themselves in a world of 1).
+  std::vector<double> dp_sum(std::vector<double> values) const;
+  void barrier() const;
+
+ private:
+  parallel::DistEnv env_;
+  parallel::MeshShape shape_;
+  std::shared_ptr<parallel::Communicator> world_, dp_;
+  std::unique_ptr<parallel::ParallelState> state_;
+  int dp_rank_ = 0;
+};
+
+}  // namespace mm::training
