@@ -10,16 +10,33 @@
 
 namespace mm::config {
 
+// FSDP (parallel.data_parallel_shard_size > 1): which blocks are units, and mixed precision.
+struct FsdpConfig {
+  std::vector<std::string> units;          // module-path patterns of blocks ([] = every block); the rest is the root unit
+  std::string param_dtype = "fp32";        // gathered parameters: fp32 | bf16 (shards and optimizer stay fp32)
+  std::string reduce_dtype = "fp32";       // gradient reduce-scatter: fp32 | bf16
+  bool reshard_after_forward = true;       // free a unit after its forward (gather again for backward)
+  int64_t prefetch = 1;                    // units whose all-gather starts ahead of use, forward and backward
+  template <class IO> void io(IO& io) {
+    io("units", units);
+    io("param_dtype", param_dtype, one_of({"fp32", "bf16"}));
+    io("reduce_dtype", reduce_dtype, one_of({"fp32", "bf16"}));
+    io("reshard_after_forward", reshard_after_forward);
+    io("prefetch", prefetch, ge(0));
+  }
+};
+
 struct ParallelConfig {
   // Sizes of the device mesh dp_replicate x dp_shard x cp x tp (TorchTitan's degrees); their
   // product must equal the world size. data_parallel_shard_size -1 takes the rest of the world:
-  // world / (replicate x cp x tp). replicate > 1 with shard 1 is DDP.
+  // world / (replicate x cp x tp). replicate > 1 with shard 1 is DDP, shard > 1 FSDP, both HSDP.
   int64_t data_parallel_replicate_size = 1;
   int64_t data_parallel_shard_size = -1;
   int64_t context_parallel_size = 1;
   int64_t tensor_parallel_size = 1;
   double timeout_s = 600;                  // a collective that takes longer fails, naming the absent ranks
   double ddp_bucket_cap_mb = 25;           // DDP gradient buckets
+  FsdpConfig fsdp;
   template <class IO> void io(IO& io) {
     io("data_parallel_replicate_size", data_parallel_replicate_size, ge(1));
     io("data_parallel_shard_size", data_parallel_shard_size, ge(-1));
@@ -27,6 +44,7 @@ struct ParallelConfig {
     io("tensor_parallel_size", tensor_parallel_size, ge(1));
     io("timeout_s", timeout_s, gt(0));
     io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
+    io.section("fsdp", fsdp);
   }
 };
 

@@ -80,12 +80,12 @@ TrainData make_text_data(const config::DataConfig& c, const DataContext& ctx) {
   if (val->size() > 0) {
     d.train_token_counts = train->token_counts(d.vocab_size);
     d.val_token_counts = val->token_counts(d.vocab_size);
-    d.val = [val, rank = ctx.rank, world = ctx.world](int64_t batch, int64_t max_batches,
-                                                      const std::function<void(const Batch&)>& fn) {
+    d.val = [val](int64_t batch, int64_t max_batches, int64_t shard, int64_t num_shards,
+                  const std::function<void(const Batch&)>& fn) {
       int64_t batches = 0;
       for (int64_t start = 0; start < val->size(); start += batch) {
         if (max_batches > 0 && batches >= max_batches) break;
-        if (batches++ % world != rank) continue;
+        if (batches++ % num_shards != shard) continue;
         std::vector<int64_t> idx;
         for (int64_t i = start; i < std::min(val->size(), start + batch); ++i) idx.push_back(i);
         fn(to_batch(make_lm_batch(*val, idx)));

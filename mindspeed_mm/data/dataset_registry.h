@@ -39,10 +39,10 @@ class BatchStream {
   virtual int64_t skipped_samples() const { return 0; }
 };
 
-// One in-order pass over validation batches: fn(batch) for at most max_batches (0 = all). Each
-// data-parallel rank runs batches k with k % world == rank, so the ranks' sums add up to one
-// process's pass.
-using ValPass = std::function<void(int64_t batch_size, int64_t max_batches, const std::function<void(const Batch&)>& fn)>;
+// One in-order pass over validation batches: fn(batch) for batches k < max_batches (0 = all)
+// with k % num_shards == shard, so the data-parallel ranks' sums add up to one process's pass.
+using ValPass = std::function<void(int64_t batch_size, int64_t max_batches, int64_t shard, int64_t num_shards,
+                                   const std::function<void(const Batch&)>& fn)>;
 
 struct TrainData {
   std::unique_ptr<BatchStream> train;

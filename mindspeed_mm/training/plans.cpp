@@ -44,3 +44,28 @@ int64_t apply_freeze_plan(mm::nn::Module& root, const std::vector<std::string>& 
 }
 
 }  // namespace mm::training
+
+namespace mm::training {
+
+std::vector<std::pair<std::string, mm::nn::Block*>> fsdp_units(mm::nn::Module& root, const std::vector<std::string>& patterns) {
+  const auto compiled = mm::compile_patterns(patterns);
+  std::vector<bool> used(compiled.size(), false);
+  std::vector<std::pair<std::string, mm::nn::Block*>> units;
+  for_each_module(root, [&](const std::string& path, mm::nn::Module& mod) {
+    auto* block = dynamic_cast<mm::nn::Block*>(&mod);
+    bool hit = patterns.empty() && block;
+    for (size_t i = 0; i < compiled.size(); ++i)
+      if (compiled[i].matches(path)) used[i] = hit = true;
+    if (!hit) return;
+    if (!block)
+      throw ConfigError(cat("config: parallel.fsdp.units matches '", path.empty() ? "<root>" : path, "', a ",
+                            mod.type_name(), ", which is not a block (units are blocks such as decoder layers; the rest "
+                            "of the model is the root unit)"));
+    units.emplace_back(path, block);
+  });
+  for (size_t i = 0; i < compiled.size(); ++i)
+    if (!used[i]) throw ConfigError(cat("config: parallel.fsdp.units pattern '", patterns[i], "' matches no module"));
+  return units;
+}
+
+}  // namespace mm::training

@@ -21,4 +21,8 @@ void for_each_module(mm::nn::Module& root, const std::function<void(const std::s
 // distinct parameter tensors the plan covers. A pattern matching nothing is a ConfigError.
 int64_t apply_freeze_plan(mm::nn::Module& root, const std::vector<std::string>& patterns);
 
+// The blocks that are FSDP units: those whose path matches a pattern, every block when
+// patterns is empty. ConfigError for a pattern matching nothing or a module that is not a block.
+std::vector<std::pair<std::string, mm::nn::Block*>> fsdp_units(mm::nn::Module& root, const std::vector<std::string>& patterns);
+
 }  // namespace mm::training

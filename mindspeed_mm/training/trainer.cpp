@@ -15,7 +15,6 @@
 #include "mindspeed_mm/data/text_dataset.h"
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
-#include "mindspeed_mm/parallel/ddp.h"
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/plans.h"
@@ -104,18 +103,21 @@ models::MultimodalInputs batch_inputs(const data::Batch& b) {
 at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) { return model.forward_multimodal(batch_inputs(b)); }
 
 double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16,
-                const TrainParallel* par) {
+                DataParallelModel* dp, const TrainParallel* par) {
   at::NoGradGuard no_grad;
   AutocastScope autocast(bf16);
   double sum = 0;
   int64_t count = 0;
-  val(batch_size, max_batches, [&](const data::Batch& b) {
+  const int64_t shard = dp ? dp->eval_shard() : 0, num_shards = dp ? dp->eval_num_shards() : 1;
+  val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& b) {
+    if (dp) dp->begin_forward();
     at::Tensor logits = forward_batch(model, b).to(at::kFloat);
     auto ce = models::lm_cross_entropy_sum(logits, b.labels);
     sum += ce.sum.item<double>();
     count += ce.count.item<int64_t>();
   });
-  if (par) {
+  if (dp) dp->end_eval();
+  if (par && num_shards > 1) {
     auto total = par->dp_sum({sum, static_cast<double>(count)});
     sum = total[0];
     count = static_cast<int64_t>(total[1]);
@@ -154,9 +156,10 @@ TrainSummary train(const config::Config& cfg) {
 
   // The process group, when a launcher started several ranks; the other ranks stay quiet.
   TrainParallel par(cfg.parallel, parallel::DistEnv::from_environment());
-  if (par.shape().dp_shard > 1)
-    throw ConfigError(cat("config: FSDP (parallel.data_parallel_shard_size ", par.shape().dp_shard,
-                          ") is not built yet; set parallel.data_parallel_replicate_size=", par.dp_size(), " for DDP"));
+  if (par.shape().dp_shard > 1 && (!tc.save_dir.empty() || !tc.resume.empty()))
+    throw ConfigError("config: checkpoints of FSDP runs (training.save_dir, training.resume with "
+                      "parallel.data_parallel_shard_size > 1) are not built yet; use DDP "
+                      "(parallel.data_parallel_replicate_size) to save");
   if (!par.is_main()) log::set_level(log::Level::kWarn);
 
   // Data: each data-parallel rank reads its own shard of every global batch.
@@ -173,6 +176,9 @@ TrainSummary train(const config::Config& cfg) {
     int64_t n = apply_freeze_plan(*model, cfg.features.freeze);
     log::info("plan: froze ", n, " parameter tensors");
   }
+  // DDP or FSDP before recompute: a unit's FSDP wrapper must be outermost, gathering the
+  // parameters that the recomputed forward then uses (TorchTitan's order: AC, then FSDP around it).
+  DataParallelModel dp(*model, par, cfg.parallel);
   if (!cfg.features.recompute.empty()) {
     int64_t n = apply_recompute_plan(*model, cfg.features.recompute);
     log::info("plan: recomputing activations of ", n, " blocks");
@@ -185,15 +191,8 @@ TrainSummary train(const config::Config& cfg) {
             model->has_vision() ? " (the vision tower's FLOPs are counted per image)" : "");
 
   auto optimizer = optimizer_registry().get(tc.optimizer.id, "training.optimizer.id")(
-      default_param_groups(model->named_parameters(), tc.optimizer.lr_multipliers), tc.optimizer);
+      dp.param_groups(tc.optimizer.lr_multipliers), tc.optimizer);
   LRSchedule lr_at = make_lr_schedule(tc.lr_schedule, tc.optimizer.lr, tc.train_iters);
-  std::vector<at::Tensor> trainable_params;
-  for (auto& p : model->parameters())
-    if (p.requires_grad()) trainable_params.push_back(p);
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  if (par.dp_size() > 1)
-    ddp = std::make_unique<parallel::DistributedDataParallel>(
-        trainable_params, par.dp(), static_cast<int64_t>(cfg.parallel.ddp_bucket_cap_mb * (1 << 20)));
 
   checkpoint::TrainState state;
   state.config_yaml = config::to_yaml(cfg);
@@ -206,7 +205,7 @@ TrainSummary train(const config::Config& cfg) {
     lm.train->load_state(loaded.sampler);
     log::info("resumed from ", resume_dir, " at iteration ", state.iteration);
   }
-  if (ddp) ddp->broadcast_parameters();  // identical starting weights, whatever each rank loaded
+  dp.broadcast_parameters();  // DDP: identical starting weights, whatever each rank loaded
 
   std::string metrics_path = tc.metrics_file;
   if (metrics_path.empty() && !tc.save_dir.empty()) metrics_path = (fs::path(tc.save_dir) / "metrics.jsonl").string();
@@ -215,7 +214,7 @@ TrainSummary train(const config::Config& cfg) {
 
   TrainSummary summary;
   if (lm.val) {
-    summary.val_loss_before = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &par);
+    summary.val_loss_before = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &dp, &par);
     std::string line = cat("validation before training: loss ", fmt(summary.val_loss_before), " (ppl ",
                            fmt(std::exp(summary.val_loss_before), 2), ")");
     nlohmann::json record = {{"iter", state.iteration}, {"val_loss", summary.val_loss_before}};
@@ -249,6 +248,7 @@ TrainSummary train(const config::Config& cfg) {
   };
 
   state.sampler = lm.train->state();  // a run that takes no step still saves a resumable state
+  const int64_t start_iteration = state.iteration;
   bool warned_vision = false;
   while (state.iteration < tc.train_iters) {
     if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
@@ -283,20 +283,30 @@ TrainSummary train(const config::Config& cfg) {
       at::Tensor logits;
       {
         AutocastScope autocast(bf16);
+        dp.begin_forward();
         logits = model->forward_multimodal(micro_inputs[m]);
       }
       auto ce = per_sample ? models::lm_cross_entropy_per_sample_sum(logits.to(at::kFloat), b.labels, b.segment_ids)
                            : models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
-      if (ddp) ddp->set_requires_sync(m + 1 == micro.size());  // one reduction per step, after the last micro-batch
-      at::Tensor scaled = ce.sum / normaliser;
-      (ddp ? ddp->prepare_backward(scaled) : scaled).backward();
+      // DDP reduces once per step, after the last micro-batch; FSDP after every one.
+      dp.prepare_backward(ce.sum / normaliser, m + 1 == micro.size()).backward();
       loss_sum += ce.sum.item<double>();
     }
     const double loss = par.dp_sum({loss_sum})[0] / normaliser;
     if (!std::isfinite(loss))
       throw Error(cat("training: loss is ", loss, " at iteration ", state.iteration + 1,
                       "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));
-    const double grad_norm = clip_grad_norm(trainable_params, tc.clip_grad);
+    const double grad_norm = dp.clip_grad_norm(tc.clip_grad);
+    if (state.iteration == start_iteration) {
+      // Parameters + gradients + optimizer state held here, against one process alone.
+      const TrainMemory mem = dp.memory(*optimizer);
+      auto mb = [](int64_t b) { return fmt(static_cast<double>(b) / (1 << 20), 2); };
+      progress.event(cat("memory per rank: parameters ", mb(mem.params), " MiB + gradients ", mb(mem.grads),
+                         " MiB + optimizer state ", mb(mem.optimizer), " MiB = ", mb(mem.total()), " MiB; one process: ",
+                         mb(mem.one_process), " MiB (", fmt(100.0 * mem.total() / std::max<int64_t>(1, mem.one_process), 1),
+                         "%)"),
+                     {{"iter", state.iteration + 1}, {"memory_bytes", mem.total()}, {"memory_bytes_one_process", mem.one_process}});
+    }
     const double lr = lr_at(state.iteration);
     optimizer->step(lr);
     optimizer->zero_grad();
@@ -321,7 +331,7 @@ TrainSummary train(const config::Config& cfg) {
     progress.step(sm);
 
     if (tc.eval_interval > 0 && state.iteration % tc.eval_interval == 0 && state.iteration < tc.train_iters && lm.val) {
-      double v = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &par);
+      double v = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &dp, &par);
       progress.event(cat("validation at iteration ", state.iteration, ": loss ", fmt(v), " (ppl ", fmt(std::exp(v), 2), ")"),
                      {{"iter", state.iteration}, {"val_loss", v}});
     }
@@ -335,22 +345,25 @@ TrainSummary train(const config::Config& cfg) {
                    {{"iter", state.iteration}, {"skipped_samples", summary.skipped_samples}});
 
   if (lm.val) {
-    summary.val_loss_after = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &par);
+    summary.val_loss_after = evaluate(*model, lm.val, tc.micro_batch_size, tc.eval_iters, bf16, &dp, &par);
     progress.event(cat("validation after training: loss ", fmt(summary.val_loss_after), " (ppl ",
                        fmt(std::exp(summary.val_loss_after), 2), ")"),
                    {{"iter", state.iteration}, {"val_loss", summary.val_loss_after}});
   }
   if (!tc.save_dir.empty() && (tc.save_interval == 0 || state.iteration % tc.save_interval != 0)) save();
+  const auto& sc = cfg.tools.sample;
+  const bool want_sample = !sc.prompt.empty() && sc.max_new_tokens > 0;
+  if (!tc.export_dir.empty() || want_sample) dp.gather_full();
   if (!tc.export_dir.empty() && par.is_main()) {
     checkpoint::export_hf_directory(tc.export_dir, model->hf_config(), *model);
     progress.event(cat("exported Hugging Face model to ", tc.export_dir), nullptr);
   }
-  const auto& sc = cfg.tools.sample;
-  if (!sc.prompt.empty() && sc.max_new_tokens > 0 && par.is_main()) {
+  if (want_sample && par.is_main()) {
     auto ids = greedy_generate(*model, lm.encode(sc.prompt), sc.max_new_tokens, lm.eos_id, seq_len);
     summary.sample = lm.decode(ids);
     progress.event(cat("sample (greedy): ", sc.prompt, summary.sample), {{"sample_prompt", sc.prompt}, {"sample", summary.sample}});
   }
+  dp.release_full();
   return summary;
 }
 

@@ -9,7 +9,7 @@
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/models/model_registry.h"
-#include "mindspeed_mm/training/parallel_setup.h"
+#include "mindspeed_mm/training/data_parallel.h"
 
 namespace mm::training {
 
@@ -39,10 +39,10 @@ models::MultimodalInputs batch_inputs(const data::Batch& batch);
 at::Tensor forward_batch(models::CausalLM& model, const data::Batch& batch);
 
 // Mean per-token loss over the first max_batches validation batches (all when 0), in order.
-// With par, each data-parallel rank runs its share of the batches (val is sharded) and the
-// sums are added over the ranks.
+// With dp and par, each data-parallel rank runs its share of the batches and the sums are added
+// over the ranks (FSDP: every rank runs them all).
 double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16,
-                const TrainParallel* par = nullptr);
+                DataParallelModel* dp = nullptr, const TrainParallel* par = nullptr);
 
 // Greedy decoding of max_new_tokens after the prompt ids, stopping at eos.
 std::vector<int64_t> greedy_generate(models::CausalLM& model, std::vector<int64_t> ids, int64_t max_new_tokens,

@@ -17,7 +17,7 @@
 #include "mindspeed_mm/parallel/ddp.h"
 #include "mindspeed_mm/parallel/device_mesh.h"
 #include "mindspeed_mm/parallel/dist_env.h"
-#include "run_command.h"
+#include "dist_worker.h"
 
 using namespace mm::parallel;
 
@@ -30,27 +30,10 @@ DistEnv env_of(const std::map<std::string, std::string>& vars) {
   });
 }
 
-std::string self_binary() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
-}
-
-// Runs the DistWorker test `name` on n ranks under mm launch.
-mm::test::CommandResult launch_worker(int n, const std::string& name, const std::string& mode = "") {
-  return mm::test::run_command(mm::test::mm_launch(n) + "env MM_DIST_WORKER=1 MM_DIST_MODE=" + mode + " " + self_binary() +
-                               " --gtest_filter=DistWorker." + name);
-}
-
-// Every rank's GoogleTest run passed.
-void expect_all_ranks_passed(const mm::test::CommandResult& r, int n) {
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (int k = 0; k < n; ++k)
-    EXPECT_NE(r.output.find("[rank " + std::to_string(k) + "] [  PASSED  ] 1 test"), std::string::npos) << r.output;
-}
-
-bool worker() { return std::getenv("MM_DIST_WORKER") != nullptr; }
-std::string mode() { return std::getenv("MM_DIST_MODE") ? std::getenv("MM_DIST_MODE") : ""; }
+using mm::test::expect_all_ranks_passed;
+using mm::test::launch_worker;
+bool worker() { return mm::test::dist_worker(); }
+std::string mode() { return mm::test::dist_mode(); }
 
 }  // namespace
 
@@ -123,7 +106,7 @@ TEST(Distributed, MissingOrDeadRankIsAClearErrorWithinTheTimeout) {
   const std::string port = std::to_string(mm::test::free_port());
   auto rank = [&](int r) {
     return "env MM_DIST_WORKER=1 MM_DIST_MODE=kill RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-           port + " " + self_binary() + " --gtest_filter=DistWorker.Faults";
+           port + " " + mm::test::self_binary() + " --gtest_filter=DistWorker.Faults";
   };
   t0 = std::chrono::steady_clock::now();
   auto alone = mm::test::run_command("( " + rank(1) + " > /dev/null 2>&1 & " + rank(0) + "; wait )");

@@ -1,8 +1,10 @@
 // `mm train` on several loopback ranks under `mm launch`, against one process with the same
-// global batch: DDP over 2, 3 and 4 ranks gives the same per-step losses (1e-5 relative over 20
-// steps, fp32) and the same validation losses, on the Qwen2 text model and the tiny Qwen2-VL
-// model, per token and per sample; rank 0 alone logs and writes; a mesh that does not fit the
-// world is a one-line error.
+// global batch: DDP and FSDP over 2, 3 and 4 ranks and HSDP 2x2 give the same per-step losses
+// (1e-5 relative over 20 steps, fp32) and the same validation losses, on the Qwen2 text model
+// and the tiny Qwen2-VL model, per token and per sample, with recompute, prefetch depths and
+// units that stay gathered; FSDP over 4 holds a quarter of one process's parameter, gradient
+// and optimizer bytes; bf16 gathers stay close to fp32; rank 0 alone logs and writes; a mesh
+// that does not fit the world is a one-line error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,6 +86,7 @@ std::string vl_config(const std::string& dir, int n) {
 struct TrainRun {
   std::map<int64_t, double> losses;
   std::vector<double> val_losses;
+  double memory_fraction = 0;  // parameter + gradient + optimizer bytes per rank / one process's
   std::string output;
 };
 
@@ -102,6 +105,8 @@ TrainRun train(const std::string& cfg, int ranks, const std::string& metrics, co
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
     if (j.contains("val_loss")) out.val_losses.push_back(j["val_loss"].get<double>());
+    if (j.contains("memory_bytes"))
+      out.memory_fraction = j["memory_bytes"].get<double>() / j["memory_bytes_one_process"].get<double>();
   }
   return out;
 }
@@ -147,6 +152,58 @@ TEST(DistributedTrain, DdpTextLossesEqualOneProcess) {
   const TrainRun one6 = train(cfg, 1, dir + "/one6.jsonl", "training.micro_batch_size=6");
   const TrainRun three = train(cfg, 3, dir + "/ddp3.jsonl", "training.micro_batch_size=2 parallel.data_parallel_replicate_size=3");
   expect_same_run(one6, three, "qwen2 text, DDP over 3");
+}
+
+TEST(DistributedTrain, FsdpAndHsdpTextLossesEqualOneProcess) {
+  const std::string dir = mm::test::fresh_dir("dist_train_fsdp_text");
+  const std::string cfg = text_config(dir);
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.micro_batch_size=4 training.gradient_accumulation_steps=2");
+  EXPECT_NEAR(one.memory_fraction, 1.0, 1e-12);
+  // data_parallel_shard_size defaults to the rest of the world: FSDP.
+  const TrainRun two = train(cfg, 2, dir + "/fsdp2.jsonl",
+                             "training.micro_batch_size=2 training.gradient_accumulation_steps=2 "
+                             "'features.recompute=[\"model.layers.{*}\"]'");
+  expect_same_run(one, two, "qwen2 text, FSDP over 2 with recompute");
+  const TrainRun four = train(cfg, 4, dir + "/fsdp4.jsonl",
+                              "training.micro_batch_size=1 training.gradient_accumulation_steps=2 parallel.fsdp.prefetch=2");
+  expect_same_run(one, four, "qwen2 text, FSDP over 4, prefetch 2");
+  // A quarter, up to the padding of sizes that 4 does not divide.
+  EXPECT_GE(four.memory_fraction, 0.25);
+  EXPECT_LT(four.memory_fraction, 0.26);
+  std::printf("FSDP over 4: parameter + gradient + optimizer bytes per rank = %.4f of one process's\n",
+              four.memory_fraction);
+  const TrainRun hsdp = train(cfg, 4, dir + "/hsdp.jsonl",
+                              "training.micro_batch_size=1 training.gradient_accumulation_steps=2 "
+                              "parallel.data_parallel_replicate_size=2 parallel.fsdp.reshard_after_forward=false");
+  expect_same_run(one, hsdp, "qwen2 text, HSDP 2x2, units kept gathered after forward");
+  EXPECT_NEAR(hsdp.memory_fraction, 0.5, 0.01);
+  // 3 ranks: no parameter size of this model divides by 3 (48, 96, 256 x 48 ...); no prefetch.
+  const TrainRun one6 = train(cfg, 1, dir + "/one6.jsonl", "training.micro_batch_size=6");
+  const TrainRun three = train(cfg, 3, dir + "/fsdp3.jsonl", "training.micro_batch_size=2 parallel.fsdp.prefetch=0");
+  expect_same_run(one6, three, "qwen2 text, FSDP over 3");
+}
+
+TEST(DistributedTrain, FsdpQwen2VlLossesEqualOneProcessAndBf16StaysClose) {
+  const std::string dir = mm::test::fresh_dir("dist_train_fsdp_vl");
+  const std::string cfg = vl_config(dir, 200);
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.micro_batch_size=4");
+  // Every block a unit (the vision tower's and the decoder's).
+  const TrainRun two = train(cfg, 2, dir + "/fsdp2.jsonl", "training.micro_batch_size=2");
+  expect_same_run(one, two, "qwen2_vl, FSDP over 2");
+  // Only the decoder layers: the vision tower is part of the root unit.
+  const TrainRun four = train(cfg, 4, dir + "/fsdp4.jsonl",
+                              "training.micro_batch_size=1 'parallel.fsdp.units=[\"model.layers.{*}\"]'");
+  expect_same_run(one, four, "qwen2_vl, FSDP over 4, decoder layers as units");
+  const TrainRun hsdp = train(cfg, 4, dir + "/hsdp.jsonl", "training.micro_batch_size=1 parallel.data_parallel_replicate_size=2");
+  expect_same_run(one, hsdp, "qwen2_vl, HSDP 2x2");
+  // bf16 gathered parameters, fp32 gradient reduction and master weights: close, not equal.
+  const TrainRun bf16 = train(cfg, 2, dir + "/bf16.jsonl", "training.micro_batch_size=2 parallel.fsdp.param_dtype=bf16");
+  ASSERT_EQ(bf16.losses.size(), 20u) << bf16.output;
+  double worst = 0;
+  for (auto& [it, l] : one.losses) worst = std::max(worst, std::abs(bf16.losses.at(it) - l) / l);
+  EXPECT_LT(worst, 1e-2);
+  EXPECT_GT(worst, 1e-6);  // it really ran in bf16
+  std::printf("qwen2_vl, FSDP over 2 with bf16 parameters: max relative loss difference to fp32 %.2e\n", worst);
 }
 
 TEST(DistributedTrain, DdpQwen2VlLossesEqualOneProcessPerTokenAndPerSample) {

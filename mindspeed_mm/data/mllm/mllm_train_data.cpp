@@ -162,14 +162,14 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   d.decode = [encoder](const std::vector<int64_t>& ids) { return encoder->tokenizer().decode(ids, true); };
   if (!val->empty()) {
     const int threads = static_cast<int>(std::max<int64_t>(1, c.num_workers));
-    d.val = [encoder, val, collate, threads, rank = ctx.rank, world = ctx.world](
-                int64_t batch, int64_t max_batches, const std::function<void(const Batch&)>& fn) {
+    d.val = [encoder, val, collate, threads](int64_t batch, int64_t max_batches, int64_t shard, int64_t num_shards,
+                                             const std::function<void(const Batch&)>& fn) {
       // In file order; bad samples are left out (warned once each per pass).
       const int64_t total = static_cast<int64_t>(val->size());
       int64_t batches = 0;
       for (int64_t start = 0; start < total; start += batch) {
         if (max_batches > 0 && batches >= max_batches) break;
-        if (batches++ % world != rank) continue;
+        if (batches++ % num_shards != shard) continue;
         const int64_t count = std::min(batch, total - start);
         std::vector<EncodedSample> enc(static_cast<size_t>(count));
         std::vector<std::string> errors(static_cast<size_t>(count));

@@ -1,0 +1,139 @@
+// Fully sharded data parallelism (FSDP, ZeRO-3), the FSDP2 way: every parameter is flattened,
+// padded to a multiple of the shard group's size and split into equal chunks; rank r keeps
+// chunk r (an fp32 leaf the optimizer updates, so optimizer state is sharded with it). The
+// model's parameters become views of one flat buffer per *unit* whose storage exists only
+// while the unit is gathered:
+//
+//   forward of unit u      all-gather u's chunks (prefetching the next units), run, free
+//                          (reshard_after_forward)
+//   backward of unit u     all-gather again just before u's gradients (an identity Function
+//                          on u's output triggers it), prefetching the units backward needs next
+//   u's last gradient      reduce-scatter u's gradients into the chunks' .grad, free the
+//                          full gradients (AccumulateGrad post-hooks); units reduce in a fixed
+//                          order on every rank so the collectives pair up
+//
+// Units are blocks (decoder layers, vision blocks) chosen by a plan; every parameter outside
+// them forms the root unit, gathered before each forward and freed after backward. HSDP: with a
+// replicate group, chunk gradients are also all-reduced across the replicas. Mixed precision:
+// gathered parameters in param_dtype, gradients reduced in reduce_dtype, chunks and optimizer
+// state in fp32.
+//
+// Every rank must run the same units in the same order (a rank whose batch has no image skips
+// the vision tower): each all-gather carries its unit's index, and a mismatch is an error naming
+// both units rather than silently mixed weights.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/parallel/communicator.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace mm::parallel {
+
+struct FsdpOptions {
+  at::ScalarType param_dtype = at::kFloat;   // gathered parameters (compute)
+  at::ScalarType reduce_dtype = at::kFloat;  // gradient reduce-scatter
+  bool reshard_after_forward = true;         // free a unit after its forward, gather again for backward
+  int prefetch = 1;                          // units whose all-gather starts ahead of use (0 = none)
+};
+
+class FullyShardedDataParallel {
+ public:
+  // units: (module path, block) pairs, each block's parameters one unit; the rest of root's
+  // parameters the root unit. shard: the group parameters are split over (dp_shard);
+  // replicate: the HSDP replica group (null or one rank: none). The model's current values are
+  // taken as the initial weights (the same on every rank).
+  FullyShardedDataParallel(mm::nn::Module& root, const std::vector<std::pair<std::string, mm::nn::Block*>>& units,
+                           std::shared_ptr<Communicator> shard, std::shared_ptr<Communicator> replicate,
+                           FsdpOptions options = {});
+  ~FullyShardedDataParallel();
+
+  // This rank's chunk of a parameter (fp32, [chunk]) by the parameter's name; what the optimizer
+  // updates. mm::Error for an unknown name.
+  at::Tensor shard(const std::string& name) const;
+  // (name, chunk) of every parameter, in the model's order.
+  std::vector<std::pair<std::string, at::Tensor>> named_shards() const;
+  // This rank's elements [begin, end) of the flattened parameter (end - begin may be less than
+  // the chunk: the padding).
+  std::pair<int64_t, int64_t> shard_range(const std::string& name) const;
+
+  // Before each forward (training or evaluation): gathers the root unit.
+  void begin_forward();
+  // backward on the returned tensor (the loss, unchanged): gradients are reduced into the
+  // chunks and every unit is freed when it completes.
+  at::Tensor prepare_backward(const at::Tensor& loss);
+  // Every unit gathered and kept (evaluation on one rank, HF export, sampling) until reshard().
+  void gather_all();
+  // Frees every gathered unit.
+  void reshard();
+
+  // L2 norm of all chunk gradients over the shard group (each element counted once); scales
+  // them to max_norm when larger (max_norm > 0). Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+
+  int num_units() const { return static_cast<int>(units_.size()); }  // the root included
+  int64_t all_gathers() const { return all_gathers_; }
+  int64_t reduce_scatters() const { return reduce_scatters_; }
+  // Bytes of this rank's chunks, and of every gathered unit's full parameters right now.
+  int64_t shard_bytes() const;
+  int64_t gathered_bytes() const;
+
+  // Called by the hooks (public for them; not for users).
+  void before_unit_forward(size_t u);
+  void after_unit_forward(size_t u);
+  void before_unit_backward(size_t u);
+  void grad_ready(size_t param);
+  void finish_backward();
+
+ private:
+  struct Param {
+    std::string name;
+    at::Tensor param;                // the model's tensor: a view of its unit's flat buffer
+    at::Tensor shard;                // fp32 [chunk]
+    std::vector<int64_t> shape;
+    int64_t numel = 0, chunk = 0;
+    int64_t full_offset = 0;         // in the unit's flat buffer
+    int64_t shard_offset = 0;        // in the unit's concatenated chunks
+    size_t unit = 0;
+    bool trainable = false;
+  };
+  struct Unit {
+    std::string path;                // "" for the root
+    mm::nn::Block* block = nullptr;
+    std::vector<size_t> params;
+    at::Tensor full;                 // param_dtype [full_numel]; storage freed while resharded
+    int64_t full_numel = 0, shard_numel = 0;
+    int trainable = 0, pending = 0;  // trainable parameters; those whose gradient has not arrived
+    bool gathered = false, reduced = false;
+    std::shared_ptr<PendingWork> inflight;  // a started all-gather
+    at::Tensor send, recv;
+  };
+
+  void start_gather(size_t u);
+  void gather(size_t u);
+  void free(size_t u);
+  void reduce(size_t u);
+  void launch_ready_reductions();
+  void prefetch_after(const std::vector<size_t>& order, size_t u);
+
+  std::vector<Param> params_;
+  std::vector<Unit> units_;  // units_[0] is the root
+  std::shared_ptr<Communicator> shard_, replicate_;
+  FsdpOptions options_;
+  std::vector<size_t> forward_order_, last_forward_order_;  // units in the order forward ran them
+  std::vector<size_t> reduce_order_;
+  size_t next_reduce_ = 0;
+  bool in_backward_ = false, pinned_ = false;
+  int64_t all_gathers_ = 0, reduce_scatters_ = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd keeps weak refs
+};
+
+}  // namespace mm::parallel

@@ -1,0 +1,67 @@
+// How the trainer's model is spread over the data-parallel ranks: one process (nothing to do),
+// DDP (dp_replicate > 1, dp_shard 1: gradients all-reduced) or FSDP / HSDP (dp_shard > 1:
+// parameters, gradients and optimizer state sharded). The train loop calls the same few
+// methods for all three.
+#pragma once
+
+#include <memory>
+
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/models/model_registry.h"
+#include "mindspeed_mm/parallel/ddp.h"
+#include "mindspeed_mm/parallel/fsdp.h"
+#include "mindspeed_mm/training/optimizer.h"
+#include "mindspeed_mm/training/parallel_setup.h"
+
+namespace mm::training {
+
+// Bytes of parameters, gradients and optimizer state that one rank holds, and what one process
+// training the same model alone would hold.
+struct TrainMemory {
+  int64_t params = 0, grads = 0, optimizer = 0;
+  int64_t one_process = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
+class DataParallelModel {
+ public:
+  // Applies DDP or FSDP to model (after freeze and before recompute plans: FSDP's wrapper must be
+  // the outermost one of each unit). The model's current weights must be the same on every rank.
+  DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc);
+  ~DataParallelModel();
+
+  bool sharded() const { return fsdp_ != nullptr; }
+  // The optimizer's parameter groups: the model's trainable parameters, or under FSDP their
+  // shards (the groups, names and weight-decay rules of the full parameters).
+  std::vector<ParamGroup> param_groups(const std::vector<std::string>& lr_multipliers) const;
+  // DDP: rank 0's weights into every rank (after a resume, say).
+  void broadcast_parameters();
+
+  // Before each forward.
+  void begin_forward();
+  // The tensor to call backward on (loss, unchanged). sync false: a gradient-accumulation
+  // micro-step without communication (DDP).
+  at::Tensor prepare_backward(const at::Tensor& loss, bool sync);
+  // Global gradient norm over all ranks' gradients, clipped to max_norm when > 0.
+  double clip_grad_norm(double max_norm);
+
+  // Validation: which share of the batches this rank runs (FSDP: all of them, since every
+  // forward needs every rank), and whether the sums must be added over the ranks.
+  int64_t eval_shard() const;
+  int64_t eval_num_shards() const;
+  void end_eval();
+  // Full weights on every rank until release_full() (HF export, samples); FSDP gathers them.
+  void gather_full();
+  void release_full();
+
+  TrainMemory memory(const Optimizer& optimizer) const;
+
+ private:
+  models::CausalLM& model_;
+  const TrainParallel& par_;
+  std::vector<at::Tensor> trainable_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
+};
+
+}  // namespace mm::training
