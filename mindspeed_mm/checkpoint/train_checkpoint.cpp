@@ -2,7 +2,9 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -47,41 +49,108 @@ std::string iteration_dir_name(int64_t iteration) {
   return buf;
 }
 
-std::string save_train_checkpoint(const std::string& save_dir, const TrainState& state, const nlohmann::json& hf_config,
-                                  const mm::nn::Module& model, const training::Optimizer& optimizer) {
+namespace {
+
+std::string rank_file(const char* kind, int rank, const char* ext) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s.rank%05d.%s", kind, rank, ext);
+  return buf;
+}
+
+// A rank's pieces as 1-D tensors; where each came from travels in the file's metadata.
+void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json placement = nlohmann::json::object();
+  for (const ShardEntry& e : entries) {
+    MM_CHECK(e.data.numel() == e.end - e.begin, "checkpoint: piece of ", e.name, " holds ", e.data.numel(),
+             " elements for the range [", e.begin, ", ", e.end, ")");
+    tensors.emplace_back(e.name, e.data.detach().to(at::kCPU).contiguous().reshape({-1}));
+    placement[e.name] = {{"shape", e.shape}, {"begin", e.begin}, {"end", e.end}};
+  }
+  st::save_safetensors(path.string(), tensors, {{"mm_placement", placement.dump()}});
+}
+
+// metadata.json from every rank's piece files: global shapes, dtypes and the placement of each piece.
+nlohmann::json collect_metadata(const fs::path& dir, int world) {
+  nlohmann::json meta = {{"format", "mm-sharded-v1"}, {"world", world}, {"tensors", nlohmann::json::object()}};
+  for (const char* kind : {"model", "optimizer"}) {
+    nlohmann::json& out = meta["tensors"][kind];
+    out = nlohmann::json::object();
+    for (int r = 0; r < world; ++r) {
+      const std::string name = rank_file(kind, r, "safetensors");
+      st::SafetensorsReader reader((dir / name).string());
+      auto it = reader.metadata().find("mm_placement");
+      if (it == reader.metadata().end()) throw Error(cat("checkpoint: ", (dir / name).string(), " has no placement metadata"));
+      const nlohmann::json placement = nlohmann::json::parse(it->second);
+      for (auto& [t, where] : placement.items()) {
+        nlohmann::json& e = out[t];
+        e["shape"] = where["shape"];
+        e["dtype"] = st::dtype_to_safetensors(reader.info(t).dtype);
+        e["shards"].push_back({{"file", name}, {"begin", where["begin"]}, {"end", where["end"]}});
+      }
+    }
+  }
+  return meta;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& save_dir, const TrainState& state, const nlohmann::json& hf_config,
+                            const RankCheckpoint& mine, int rank, int world, const std::function<void()>& barrier) {
   const std::string name = iteration_dir_name(state.iteration);
   const fs::path final_dir = fs::path(save_dir) / name;
   const fs::path tmp_dir = fs::path(save_dir) / ("." + name + ".tmp");
-  std::error_code ec;
-  fs::create_directories(save_dir, ec);
-  if (ec) throw Error(cat("checkpoint: cannot create '", save_dir, "': ", ec.message()));
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-
-  st::write_file_atomic((tmp_dir / "config.json").string(), hf_config.dump(2) + "\n");
-  st::save_safetensors((tmp_dir / "model.safetensors").string(), contiguous_cpu(model.named_parameters()),
-                       {{"format", "pt"}});
-  st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), contiguous_cpu(optimizer.state()));
-  at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-  st::save_safetensors((tmp_dir / "rng.safetensors").string(), {{"cpu", rng.contiguous()}});
-  nlohmann::json js = {{"iteration", state.iteration},
-                       {"consumed_samples", state.consumed_samples},
-                       {"sampler", state.sampler},
-                       {"config", state.config_yaml}};
-  st::write_file_atomic((tmp_dir / "train_state.json").string(), js.dump(2) + "\n");
-
-  // Replace an older copy of the same iteration (a resumed run saving again) only now that the
-  // new one is complete.
-  if (fs::exists(final_dir)) {
-    fs::path old = fs::path(save_dir) / ("." + name + ".old");
-    fs::remove_all(old);
-    fs::rename(final_dir, old);
-    fs::rename(tmp_dir, final_dir);
-    fs::remove_all(old);
-  } else {
-    fs::rename(tmp_dir, final_dir);
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(save_dir, ec);
+    if (ec) throw Error(cat("checkpoint: cannot create '", save_dir, "': ", ec.message()));
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
   }
-  st::write_file_atomic((fs::path(save_dir) / "latest").string(), name + "\n");
+  barrier();
+
+  // Every rank: its own files.
+  if (mine.sharded) {
+    write_pieces(tmp_dir / rank_file("model", rank, "safetensors"), mine.model_shards);
+    write_pieces(tmp_dir / rank_file("optimizer", rank, "safetensors"), mine.optimizer_shards);
+  } else if (rank == 0) {
+    MM_CHECK(mine.model && mine.optimizer, "checkpoint: rank 0 of an unsharded save needs the model and optimizer");
+    st::save_safetensors((tmp_dir / "model.safetensors").string(), contiguous_cpu(mine.model->named_parameters()),
+                         {{"format", "pt"}});
+    st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), contiguous_cpu(mine.optimizer->state()));
+  }
+  st::write_file_atomic((tmp_dir / rank_file("loader", rank, "json")).string(), mine.loader_state.dump() + "\n");
+  const char* kill = std::getenv("MM_DEBUG_KILL_IN_SAVE");
+  const char* kill_rank = std::getenv("MM_DEBUG_KILL_RANK");
+  if (kill && std::atoll(kill) == state.iteration && (kill_rank ? std::atoi(kill_rank) : 0) == rank) std::raise(SIGKILL);
+  barrier();
+
+  // Rank 0: the shared files, then the rename that makes the folder visible, then `latest`.
+  if (rank == 0) {
+    if (mine.sharded) st::write_file_atomic((tmp_dir / "metadata.json").string(), collect_metadata(tmp_dir, world).dump(1) + "\n");
+    st::write_file_atomic((tmp_dir / "config.json").string(), hf_config.dump(2) + "\n");
+    at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+    st::save_safetensors((tmp_dir / "rng.safetensors").string(), {{"cpu", rng.contiguous()}});
+    nlohmann::json js = {{"iteration", state.iteration},
+                         {"consumed_samples", state.consumed_samples},
+                         {"sampler", state.sampler},
+                         {"loader_world", world},
+                         {"config", state.config_yaml}};
+    st::write_file_atomic((tmp_dir / "train_state.json").string(), js.dump(2) + "\n");
+    // Replace an older copy of the same iteration (a resumed run saving again) only now that the
+    // new one is complete.
+    if (fs::exists(final_dir)) {
+      fs::path old = fs::path(save_dir) / ("." + name + ".old");
+      fs::remove_all(old);
+      fs::rename(final_dir, old);
+      fs::rename(tmp_dir, final_dir);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp_dir, final_dir);
+    }
+    st::write_file_atomic((fs::path(save_dir) / "latest").string(), name + "\n");
+  }
+  barrier();
   return final_dir.string();
 }
 
@@ -144,17 +213,96 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
   for (auto& [name, p] : params) p.copy_(weights.get(source_name.at(name)));
 }
 
-TrainState load_train_checkpoint(const std::string& dir, mm::nn::Module& model, training::Optimizer& optimizer) {
-  load_model_weights(model, (fs::path(dir) / "model.safetensors").string());
-  st::SafetensorsReader opt((fs::path(dir) / "optimizer.safetensors").string());
-  optimizer.load_state([&](const std::string& name) { return opt.get_copy(name); });
-  st::SafetensorsReader rng((fs::path(dir) / "rng.safetensors").string());
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng.get_copy("cpu"));
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
+  const fs::path meta_path = fs::path(dir) / "metadata.json";
+  sharded_ = fs::exists(meta_path);
+  if (!sharded_) {
+    for (const char* kind : {"model", "optimizer"}) {
+      const std::string name = std::string(kind) + ".safetensors";
+      if (!fs::exists(fs::path(dir) / name))
+        throw Error(cat("checkpoint: '", dir, "' has neither metadata.json nor ", name));
+      const st::SafetensorsReader& f = file(name);
+      for (const auto& key : f.keys()) {
+        const st::TensorInfo& info = f.info(key);
+        int64_t n = 1;
+        for (int64_t d : info.shape) n *= d;
+        entries_[kind][key] = {info.shape, {{name, 0, n}}};
+      }
+    }
+    return;
   }
-  nlohmann::json js = read_json((fs::path(dir) / "train_state.json").string());
+  const nlohmann::json meta = read_json(meta_path.string());
+  try {
+    for (const char* kind : {"model", "optimizer"})
+      for (auto& [key, e] : meta.at("tensors").at(kind).items()) {
+        Entry entry;
+        entry.shape = e.at("shape").get<std::vector<int64_t>>();
+        for (auto& piece : e.at("shards"))
+          entry.pieces.push_back({piece.at("file").get<std::string>(), piece.at("begin").get<int64_t>(),
+                                  piece.at("end").get<int64_t>()});
+        entries_[kind][key] = std::move(entry);
+      }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("checkpoint: ", meta_path.string(), ": ", e.what()));
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+const st::SafetensorsReader& CheckpointReader::file(const std::string& name) const {
+  auto it = files_.find(name);
+  if (it == files_.end())
+    it = files_.emplace(name, std::make_shared<st::SafetensorsReader>((fs::path(dir_) / name).string())).first;
+  return *it->second;
+}
+
+bool CheckpointReader::has(const std::string& kind, const std::string& name) const {
+  auto k = entries_.find(kind);
+  return k != entries_.end() && k->second.count(name) > 0;
+}
+
+std::vector<std::string> CheckpointReader::names(const std::string& kind) const {
+  std::vector<std::string> out;
+  auto k = entries_.find(kind);
+  if (k != entries_.end())
+    for (auto& [name, _] : k->second) out.push_back(name);
+  return out;
+}
+
+std::vector<int64_t> CheckpointReader::shape(const std::string& kind, const std::string& name) const {
+  if (!has(kind, name)) throw Error(cat("checkpoint: '", dir_, "' has no ", kind, " tensor '", name, "'"));
+  return entries_.at(kind).at(name).shape;
+}
+
+at::Tensor CheckpointReader::read(const std::string& kind, const std::string& name, int64_t begin, int64_t end) const {
+  if (!has(kind, name)) throw Error(cat("checkpoint: '", dir_, "' has no ", kind, " tensor '", name, "'"));
+  const Entry& e = entries_.at(kind).at(name);
+  at::Tensor out;
+  int64_t covered = 0;
+  for (const Piece& p : e.pieces) {
+    const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
+    if (hi <= lo) continue;
+    at::Tensor src = file(p.file).get(name).reshape({-1});
+    if (!out.defined()) out = at::empty({end - begin}, src.options());
+    out.narrow(0, lo - begin, hi - lo).copy_(src.narrow(0, lo - p.begin, hi - lo));
+    covered += hi - lo;
+  }
+  if (end == begin) return at::empty({0}, at::kFloat);
+  if (covered != end - begin)
+    throw Error(cat("checkpoint: '", dir_, "': elements [", begin, ", ", end, ") of ", kind, " tensor '", name,
+                    "' are not all in its pieces (a rank's files missing?)"));
+  return out;
+}
+
+at::Tensor CheckpointReader::read_full(const std::string& kind, const std::string& name) const {
+  const auto s = shape(kind, name);
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return read(kind, name, 0, n).view(s);
+}
+
+TrainState CheckpointReader::train_state() const {
+  nlohmann::json js = read_json((fs::path(dir_) / "train_state.json").string());
   TrainState s;
   try {
     s.iteration = js.at("iteration").get<int64_t>();
@@ -162,9 +310,21 @@ TrainState load_train_checkpoint(const std::string& dir, mm::nn::Module& model, 
     s.sampler = js.at("sampler");
     s.config_yaml = js.value("config", "");
   } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("checkpoint: ", dir, "/train_state.json: ", e.what()));
+    throw Error(cat("checkpoint: ", dir_, "/train_state.json: ", e.what()));
   }
   return s;
+}
+
+at::Tensor CheckpointReader::rng_state() const {
+  st::SafetensorsReader rng((fs::path(dir_) / "rng.safetensors").string());
+  return rng.get_copy("cpu");
+}
+
+nlohmann::json CheckpointReader::loader_state(int rank, int world) const {
+  nlohmann::json js = read_json((fs::path(dir_) / "train_state.json").string());
+  const fs::path own = fs::path(dir_) / rank_file("loader", rank, "json");
+  if (js.value("loader_world", 1) == world && fs::exists(own)) return read_json(own.string());
+  return js.at("sampler");
 }
 
 void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config, const mm::nn::Module& model,

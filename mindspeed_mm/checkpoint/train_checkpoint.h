@@ -1,46 +1,126 @@
-// Training checkpoints and Hugging Face directories.
+// Training checkpoints for any parallel layout, loadable into any other.
 //
-// save/iter_0000100/            one iteration's full training state
-//   config.json                 the model's HF config (so the folder is also an HF model dir)
-//   model.safetensors           weights under their HF names
-//   optimizer.safetensors       optimizer state ("step", "exp_avg.<param>", ...)
-//   rng.safetensors             CPU generator state
-//   train_state.json            iteration, consumed samples, sampler state, resolved config
-// save/latest                   name of the newest complete iteration folder, written last
+// save/iter_0000100/
+//   config.json                       the model's HF config
+//   unsharded runs (one process, DDP): rank 0 writes
+//     model.safetensors               full weights under their HF names (the folder is an HF model dir)
+//     optimizer.safetensors           full optimizer state ("step", "exp_avg.<param>", ...)
+//   sharded runs (FSDP, HSDP, ZeRO-1): every rank writes
+//     model.rank00003.safetensors     1-D pieces: elements [begin, end) of each flattened tensor
+//     optimizer.rank00003.safetensors
+//     metadata.json                   every tensor's global shape and dtype, and each piece's
+//                                     file and [begin, end) (rank 0 writes it from the headers)
+//   rng.safetensors, train_state.json rank 0: CPU generator, iteration, consumed samples, config
+//   loader.rank00003.json             each data-parallel rank's data-loader position
+// save/latest                         the newest complete folder's name, written last
 //
-// Each folder is written under a temporary name and renamed into place, and `latest` is
-// replaced atomically after it, so a crash mid-save never damages the previous checkpoint.
+// The folder is written under a temporary name and renamed into place only when every rank has
+// finished, so a crash mid-save (of any rank) never damages the previous checkpoint.
+// CheckpointReader serves any flat range of any tensor from either layout, which is all a
+// loader needs to reshard: FSDP over 4 -> DDP over 2 -> one process, or back.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "mindspeed_mm/core/module.h"
 #include "mindspeed_mm/training/optimizer.h"
+
+namespace mm::st {
+class SafetensorsReader;
+}
 
 namespace mm::checkpoint {
 
 struct TrainState {
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
-  nlohmann::json sampler;      // data sampler state
+  nlohmann::json sampler;      // rank 0's data-loader state
   std::string config_yaml;     // resolved config, for reference
 };
 
+// Part of a tensor that one rank holds: elements [begin, end) of the flattened global tensor.
+struct ShardEntry {
+  std::string name;
+  std::vector<int64_t> shape;  // global; {} for a scalar
+  int64_t begin = 0, end = 0;
+  at::Tensor data;             // end - begin elements
+};
+
+// What one rank contributes to a checkpoint.
+struct RankCheckpoint {
+  bool sharded = false;
+  // Unsharded: rank 0's full model and optimizer (the others pass nothing).
+  const mm::nn::Module* model = nullptr;
+  const training::Optimizer* optimizer = nullptr;
+  // Sharded: this rank's pieces.
+  std::vector<ShardEntry> model_shards, optimizer_shards;
+  nlohmann::json loader_state;  // this data-parallel rank's data-loader state
+};
+
+// Every rank calls this with its part (rank of world data-parallel ranks; barrier synchronises
+// them, a no-op in one process). Returns the folder written. MM_DEBUG_KILL_IN_SAVE=N makes rank
+// MM_DEBUG_KILL_RANK (default 0) kill itself while saving iteration N, after writing its own
+// files and before the rename (the crash-during-save tests).
+std::string save_checkpoint(const std::string& save_dir, const TrainState& state, const nlohmann::json& hf_config,
+                            const RankCheckpoint& mine, int rank, int world, const std::function<void()>& barrier);
+
 std::string iteration_dir_name(int64_t iteration);  // "iter_0000100"
-
-// Writes save_dir/iter_XXXXXXX and then save_dir/latest. Returns the folder written.
-std::string save_train_checkpoint(const std::string& save_dir, const TrainState& state, const nlohmann::json& hf_config,
-                                  const mm::nn::Module& model, const training::Optimizer& optimizer);
-
 // "auto" -> the folder named by save_dir/latest, or "" when there is none yet; a path -> itself
 // (an error if it does not exist).
 std::string resolve_resume_dir(const std::string& resume, const std::string& save_dir);
 
-// Restores model weights, optimizer state and the CPU RNG; returns the rest of the state.
-TrainState load_train_checkpoint(const std::string& dir, mm::nn::Module& model, training::Optimizer& optimizer);
+// Reads a checkpoint folder of either layout.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  const std::string& dir() const { return dir_; }
+  bool sharded() const { return sharded_; }
 
+  // kind: "model" or "optimizer".
+  bool has(const std::string& kind, const std::string& name) const;
+  std::vector<std::string> names(const std::string& kind) const;
+  std::vector<int64_t> shape(const std::string& kind, const std::string& name) const;
+  // Elements [begin, end) of the flattened tensor, in its stored dtype. mm::Error naming the
+  // folder and tensor when it is missing or the range is not covered.
+  at::Tensor read(const std::string& kind, const std::string& name, int64_t begin, int64_t end) const;
+  at::Tensor read_full(const std::string& kind, const std::string& name) const;
+
+  TrainState train_state() const;
+  at::Tensor rng_state() const;
+  // The data-loader state of data-parallel rank `rank` of `world`: its own when the checkpoint
+  // was written by as many ranks, else rank 0's (the sampler reshards it by consumed samples).
+  nlohmann::json loader_state(int rank, int world) const;
+
+ private:
+  struct Piece {
+    std::string file;
+    int64_t begin, end;
+  };
+  struct Entry {
+    std::vector<int64_t> shape;
+    std::vector<Piece> pieces;
+  };
+  const st::SafetensorsReader& file(const std::string& name) const;
+
+  std::string dir_;
+  bool sharded_ = false;
+  std::map<std::string, std::map<std::string, Entry>> entries_;  // kind -> name -> entry
+  mutable std::map<std::string, std::shared_ptr<st::SafetensorsReader>> files_;
+};
+
+// Writes an HF model directory: config.json + model.safetensors (sharded past max_shard_bytes).
+void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config, const mm::nn::Module& model,
+                         uint64_t max_shard_bytes = 5ull << 30);
+// Reads DIR/config.json.
+nlohmann::json read_hf_config(const std::string& dir);
 // Loads weights (an HF directory or a .safetensors file) into the model by name. Every model
 // parameter must be present with its exact shape; extra checkpoint tensors are an error too,
 // except `ignorable` ones. The message lists the first offenders. `rename` maps a checkpoint
@@ -49,12 +129,5 @@ TrainState load_train_checkpoint(const std::string& dir, mm::nn::Module& model, 
 void load_model_weights(mm::nn::Module& model, const std::string& source,
                         const std::vector<std::string>& ignorable = {},
                         const std::function<std::string(const std::string&)>& rename = {});
-
-// Writes an HF model directory: config.json + model.safetensors (sharded past max_shard_bytes).
-void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config, const mm::nn::Module& model,
-                         uint64_t max_shard_bytes = 5ull << 30);
-
-// Reads DIR/config.json.
-nlohmann::json read_hf_config(const std::string& dir);
 
 }  // namespace mm::checkpoint

@@ -36,6 +36,9 @@ struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
   double timeout_s = 600;                  // a collective that takes longer fails, naming the absent ranks
   double ddp_bucket_cap_mb = 25;           // DDP gradient buckets
+  // ZeRO-1 with DDP (Megatron's --use-distributed-optimizer): optimizer state sharded over the
+  // data-parallel ranks, parameters and gradients replicated.
+  bool distributed_optimizer = false;
   FsdpConfig fsdp;
   template <class IO> void io(IO& io) {
     io("data_parallel_replicate_size", data_parallel_replicate_size, ge(1));
@@ -44,6 +47,7 @@ struct ParallelConfig {
     io("tensor_parallel_size", tensor_parallel_size, ge(1));
     io("timeout_s", timeout_s, gt(0));
     io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
+    io("distributed_optimizer", distributed_optimizer);
     io.section("fsdp", fsdp);
   }
 };

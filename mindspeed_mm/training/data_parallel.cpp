@@ -1,5 +1,7 @@
 #include "mindspeed_mm/training/data_parallel.h"
 
+#include <map>
+
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/training/plans.h"
 
@@ -14,10 +16,20 @@ DataParallelModel::DataParallelModel(models::CausalLM& model, const TrainParalle
     : model_(model), par_(par) {
   for (auto& p : model.parameters())
     if (p.requires_grad()) trainable_.push_back(p);
+  if (pc.distributed_optimizer && par.shape().dp_shard > 1)
+    throw ConfigError("config: parallel.distributed_optimizer (ZeRO-1) applies to DDP; FSDP "
+                      "(parallel.data_parallel_shard_size > 1) shards the optimizer state already");
   if (par.dp_size() == 1) return;
   if (par.shape().dp_shard == 1) {
     ddp_ = std::make_unique<parallel::DistributedDataParallel>(trainable_, par.dp(),
                                                                static_cast<int64_t>(pc.ddp_bucket_cap_mb * (1 << 20)));
+    if (pc.distributed_optimizer) {
+      std::vector<std::pair<std::string, at::Tensor>> named;
+      for (auto& [name, p] : model.named_parameters())
+        if (p.requires_grad()) named.emplace_back(name, p);
+      zero1_ = std::make_unique<parallel::Zero1Partition>(std::move(named), par.dp());
+      log::info("distributed optimizer (ZeRO-1): optimizer state sharded over ", par.dp_size(), " ranks");
+    }
     return;
   }
   auto units = fsdp_units(model, pc.fsdp.units);
@@ -38,10 +50,20 @@ DataParallelModel::~DataParallelModel() = default;
 
 std::vector<ParamGroup> DataParallelModel::param_groups(const std::vector<std::string>& lr_multipliers) const {
   auto groups = default_param_groups(model_.named_parameters(), lr_multipliers);
-  if (fsdp_)
-    for (auto& g : groups)
-      for (size_t i = 0; i < g.params.size(); ++i) g.params[i] = fsdp_->shard(g.names[i]);
+  for (auto& g : groups)
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (fsdp_) g.params[i] = fsdp_->shard(g.names[i]);
+      if (zero1_) g.params[i] = zero1_->shard(g.names[i]);
+    }
   return groups;
+}
+
+void DataParallelModel::before_optimizer_step() {
+  if (zero1_) zero1_->scatter_grads();
+}
+
+void DataParallelModel::after_optimizer_step() {
+  if (zero1_) zero1_->gather_params();
 }
 
 void DataParallelModel::broadcast_parameters() {
@@ -81,24 +103,111 @@ void DataParallelModel::release_full() {
 
 TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
   TrainMemory m;
-  int64_t full = 0, trainable_full = 0, trainable_local = 0;
-  for (auto& g : optimizer.groups())
-    for (auto& p : g.params) {
-      trainable_local += p.numel();
-      if (p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-    }
+  int64_t full = 0, trainable_full = 0, updated = 0;
   for (auto& p : model_.parameters()) {
     full += p.numel();
     if (p.requires_grad()) trainable_full += p.numel();
+    if (!fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   }
-  m.params = fsdp_ ? fsdp_->shard_bytes() : full * 4;
+  for (auto& g : optimizer.groups())
+    for (auto& p : g.params) {
+      updated += p.numel();
+      // FSDP's chunk gradients are the only ones; ZeRO-1's are views of the full ones.
+      if (fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+    }
+  m.params = fsdp_ ? fsdp_->shard_bytes() : full * 4 + (zero1_ ? zero1_->shard_bytes() : 0);
   for (auto& [name, t] : optimizer.state())
     if (t.dim() > 0) m.optimizer += t.numel() * static_cast<int64_t>(t.element_size());
   // One process: every parameter, a gradient per trainable one, and optimizer state that scales
   // with the elements it updates (AdamW: two per element).
-  const double per_element = trainable_local > 0 ? static_cast<double>(m.optimizer) / trainable_local : 0;
-  m.one_process = full * 4 + trainable_full * 4 + static_cast<int64_t>(per_element * trainable_full);
+  const double per_element = updated > 0 ? static_cast<double>(m.optimizer) / updated : 0;
+  m.optimizer_one_process = static_cast<int64_t>(per_element * trainable_full + 0.5);
+  m.one_process = full * 4 + trainable_full * 4 + m.optimizer_one_process;
   return m;
+}
+
+std::pair<int64_t, int64_t> DataParallelModel::range(const std::string& name, const at::Tensor& param) const {
+  if (fsdp_) return fsdp_->shard_range(name);
+  if (zero1_ && param.requires_grad()) return zero1_->shard_range(name);
+  return {0, par_.dp_rank() == 0 ? param.numel() : 0};  // replicated: rank 0 holds it for the checkpoint
+}
+
+checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& optimizer) const {
+  checkpoint::RankCheckpoint part;
+  part.sharded = fsdp_ || zero1_;
+  if (!part.sharded) {
+    if (par_.dp_rank() == 0) {
+      part.model = &model_;
+      part.optimizer = &optimizer;
+    }
+    return part;
+  }
+  std::map<std::string, at::Tensor> params;
+  for (auto& [name, p] : model_.named_parameters()) {
+    params.emplace(name, p);
+    auto [b, e] = range(name, p);
+    if (e <= b && !(fsdp_ || p.requires_grad())) continue;
+    at::Tensor data = fsdp_ ? fsdp_->shard(name).narrow(0, 0, e - b) : p.detach().reshape({-1}).narrow(0, b, e - b);
+    part.model_shards.push_back({name, p.sizes().vec(), b, e, data});
+  }
+  for (auto& [name, t] : optimizer.state()) {
+    if (t.dim() == 0) {
+      if (par_.dp_rank() == 0) part.optimizer_shards.push_back({name, {}, 0, 1, t.reshape({1})});
+      continue;
+    }
+    const std::string param = name.substr(name.find('.') + 1);  // "exp_avg.<param>"
+    auto it = params.find(param);
+    MM_CHECK(it != params.end(), "checkpoint: optimizer state '", name, "' names no parameter");
+    auto [b, e] = range(param, it->second);
+    part.optimizer_shards.push_back({name, it->second.sizes().vec(), b, e, t.reshape({-1}).narrow(0, 0, e - b)});
+  }
+  return part;
+}
+
+void DataParallelModel::load_checkpoint(const checkpoint::CheckpointReader& r, Optimizer& optimizer) {
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> params;
+  std::vector<std::string> missing, mismatched;
+  for (auto& [name, p] : model_.named_parameters()) {
+    params.emplace(name, p);
+    if (!r.has("model", name)) missing.push_back(name);
+    else if (r.shape("model", name) != p.sizes().vec())
+      mismatched.push_back(cat(name, " ", c10::IntArrayRef(r.shape("model", name)), " vs model ", p.sizes()));
+  }
+  if (!missing.empty() || !mismatched.empty())
+    throw Error(cat("checkpoint: '", r.dir(), "' does not fit the model:",
+                    missing.empty() ? "" : cat(" missing ", missing.front(), " (", missing.size(), " in all)"),
+                    mismatched.empty() ? "" : cat(" shape mismatch ", mismatched.front(), " (", mismatched.size(), " in all)")));
+  for (auto& [name, p] : params) {
+    if (fsdp_) {
+      auto [b, e] = fsdp_->shard_range(name);
+      fsdp_->shard(name).narrow(0, 0, e - b).copy_(r.read("model", name, b, e));
+    } else {
+      p.copy_(r.read_full("model", name));  // replicated: every rank reads it all
+    }
+  }
+  if (zero1_) zero1_->refresh_shards();
+  std::map<std::string, at::Tensor> state;
+  for (auto& [name, t] : optimizer.state()) {
+    if (t.dim() == 0) {
+      state[name] = r.read_full("optimizer", name);
+      continue;
+    }
+    const std::string param = name.substr(name.find('.') + 1);
+    auto it = params.find(param);
+    MM_CHECK(it != params.end(), "checkpoint: optimizer state '", name, "' names no parameter");
+    // This rank's range, whatever it holds (replicated layouts read the whole tensor).
+    auto [b, e] = fsdp_ || (zero1_ && it->second.requires_grad()) ? range(param, it->second)
+                                                                   : std::pair<int64_t, int64_t>{0, it->second.numel()};
+    at::Tensor local = at::zeros({t.numel()}, t.options());
+    local.narrow(0, 0, e - b).copy_(r.read("optimizer", name, b, e));
+    state[name] = local.view(t.sizes());
+  }
+  optimizer.load_state([&](const std::string& name) {
+    auto it = state.find(name);
+    if (it == state.end()) throw Error(cat("checkpoint: '", r.dir(), "' has no optimizer state '", name, "'"));
+    return it->second;
+  });
 }
 
 }  // namespace mm::training

@@ -1,15 +1,17 @@
 // How the trainer's model is spread over the data-parallel ranks: one process (nothing to do),
-// DDP (dp_replicate > 1, dp_shard 1: gradients all-reduced) or FSDP / HSDP (dp_shard > 1:
-// parameters, gradients and optimizer state sharded). The train loop calls the same few
-// methods for all three.
+// DDP (dp_replicate > 1, dp_shard 1: gradients all-reduced; with parallel.distributed_optimizer
+// also ZeRO-1: optimizer state sharded) or FSDP / HSDP (dp_shard > 1: parameters, gradients and
+// optimizer state sharded). The train loop calls the same few methods for all of them.
 #pragma once
 
 #include <memory>
 
+#include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/parallel/ddp.h"
 #include "mindspeed_mm/parallel/fsdp.h"
+#include "mindspeed_mm/parallel/zero1.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/parallel_setup.h"
 
@@ -19,7 +21,7 @@ namespace mm::training {
 // training the same model alone would hold.
 struct TrainMemory {
   int64_t params = 0, grads = 0, optimizer = 0;
-  int64_t one_process = 0;
+  int64_t one_process = 0, optimizer_one_process = 0;
   int64_t total() const { return params + grads + optimizer; }
 };
 
@@ -44,6 +46,10 @@ class DataParallelModel {
   at::Tensor prepare_backward(const at::Tensor& loss, bool sync);
   // Global gradient norm over all ranks' gradients, clipped to max_norm when > 0.
   double clip_grad_norm(double max_norm);
+  // Around optimizer->step(): ZeRO-1 hands each rank its chunks' gradients, then gathers the
+  // updated chunks into the full parameters.
+  void before_optimizer_step();
+  void after_optimizer_step();
 
   // Validation: which share of the batches this rank runs (FSDP: all of them, since every
   // forward needs every rank), and whether the sums must be added over the ranks.
@@ -56,12 +62,23 @@ class DataParallelModel {
 
   TrainMemory memory(const Optimizer& optimizer) const;
 
+  // This rank's part of a checkpoint: unsharded layouts (one process, DDP) rank 0's full model
+  // and optimizer; sharded ones (FSDP, ZeRO-1) every rank's pieces of parameters and state.
+  checkpoint::RankCheckpoint checkpoint_part(const Optimizer& optimizer) const;
+  // Parameters and optimizer state from a checkpoint of any layout and world size, each rank
+  // reading only the ranges it holds.
+  void load_checkpoint(const checkpoint::CheckpointReader& reader, Optimizer& optimizer);
+
  private:
   models::CausalLM& model_;
   const TrainParallel& par_;
   std::vector<at::Tensor> trainable_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
+  std::unique_ptr<parallel::Zero1Partition> zero1_;
+
+  // Elements [begin, end) of a parameter's flattened tensor that this rank holds (and writes).
+  std::pair<int64_t, int64_t> range(const std::string& name, const at::Tensor& param) const;
 };
 
 }  // namespace mm::training

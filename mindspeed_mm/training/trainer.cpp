@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/logging.h"
@@ -156,10 +157,6 @@ TrainSummary train(const config::Config& cfg) {
 
   // The process group, when a launcher started several ranks; the other ranks stay quiet.
   TrainParallel par(cfg.parallel, parallel::DistEnv::from_environment());
-  if (par.shape().dp_shard > 1 && (!tc.save_dir.empty() || !tc.resume.empty()))
-    throw ConfigError("config: checkpoints of FSDP runs (training.save_dir, training.resume with "
-                      "parallel.data_parallel_shard_size > 1) are not built yet; use DDP "
-                      "(parallel.data_parallel_replicate_size) to save");
   if (!par.is_main()) log::set_level(log::Level::kWarn);
 
   // Data: each data-parallel rank reads its own shard of every global batch.
@@ -199,11 +196,19 @@ TrainSummary train(const config::Config& cfg) {
 
   std::string resume_dir = checkpoint::resolve_resume_dir(tc.resume, tc.save_dir);
   if (!resume_dir.empty()) {
-    auto loaded = checkpoint::load_train_checkpoint(resume_dir, *model, *optimizer);
+    // Any layout and world size: each rank reads the ranges it holds.
+    checkpoint::CheckpointReader reader(resume_dir);
+    dp.load_checkpoint(reader, *optimizer);
+    auto loaded = reader.train_state();
     state.iteration = loaded.iteration;
     state.consumed_samples = loaded.consumed_samples;
-    lm.train->load_state(loaded.sampler);
-    log::info("resumed from ", resume_dir, " at iteration ", state.iteration);
+    lm.train->load_state(reader.loader_state(par.dp_rank(), par.dp_size()));
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(reader.rng_state());
+    }
+    log::info("resumed from ", resume_dir, " at iteration ", state.iteration, reader.sharded() ? " (sharded checkpoint)" : "");
   }
   dp.broadcast_parameters();  // DDP: identical starting weights, whatever each rank loaded
 
@@ -227,9 +232,9 @@ TrainSummary train(const config::Config& cfg) {
     progress.event(line, record);
   }
 
-  // MM_DEBUG_KILL_AT_ITER=N: the process kills itself (SIGKILL) as iteration N begins; the
-  // exact-resume test uses it to crash a run between checkpoints. MM_DEBUG_KILL_RANK=r: only
-  // rank r does (a rank dying mid-run).
+  // MM_DEBUG_KILL_AT_ITER=N: the process kills itself (SIGKILL) in the middle of iteration N,
+  // after its first forward; the exact-resume tests use it to crash a run between checkpoints.
+  // MM_DEBUG_KILL_RANK=r: only rank r does (a rank dying mid-step).
   const char* kill_env = std::getenv("MM_DEBUG_KILL_AT_ITER");
   const char* kill_rank_env = std::getenv("MM_DEBUG_KILL_RANK");
   const int64_t kill_at =
@@ -237,21 +242,20 @@ TrainSummary train(const config::Config& cfg) {
   const bool per_sample = tc.loss_normalization == "per_sample";
 
   double tokens_total = 0, time_total = 0;
-  // DDP: every rank holds the same weights and optimizer state; rank 0 writes them, and the
-  // others wait so that nobody resumes from a half-written folder.
+  // Every rank writes its part (unsharded layouts: rank 0 the whole model) into one folder that
+  // appears only when all have finished.
   auto save = [&] {
-    if (par.is_main()) {
-      std::string dir = checkpoint::save_train_checkpoint(tc.save_dir, state, model->hf_config(), *model, *optimizer);
-      progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
-    }
-    par.barrier();
+    checkpoint::RankCheckpoint part = dp.checkpoint_part(*optimizer);
+    part.loader_state = lm.train->state();
+    std::string dir = checkpoint::save_checkpoint(tc.save_dir, state, model->hf_config(), part, par.dp_rank(),
+                                                  par.dp_size(), [&] { par.barrier(); });
+    progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
   };
 
   state.sampler = lm.train->state();  // a run that takes no step still saves a resumable state
   const int64_t start_iteration = state.iteration;
   bool warned_vision = false;
   while (state.iteration < tc.train_iters) {
-    if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
     auto t0 = std::chrono::steady_clock::now();
     std::vector<data::Batch> micro;
     std::vector<models::MultimodalInputs> micro_inputs;  // built once: FLOPs accounting and forward
@@ -286,6 +290,7 @@ TrainSummary train(const config::Config& cfg) {
         dp.begin_forward();
         logits = model->forward_multimodal(micro_inputs[m]);
       }
+      if (state.iteration + 1 == kill_at) std::raise(SIGKILL);
       auto ce = per_sample ? models::lm_cross_entropy_per_sample_sum(logits.to(at::kFloat), b.labels, b.segment_ids)
                            : models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
       // DDP reduces once per step, after the last micro-batch; FSDP after every one.
@@ -305,10 +310,13 @@ TrainSummary train(const config::Config& cfg) {
                          " MiB + optimizer state ", mb(mem.optimizer), " MiB = ", mb(mem.total()), " MiB; one process: ",
                          mb(mem.one_process), " MiB (", fmt(100.0 * mem.total() / std::max<int64_t>(1, mem.one_process), 1),
                          "%)"),
-                     {{"iter", state.iteration + 1}, {"memory_bytes", mem.total()}, {"memory_bytes_one_process", mem.one_process}});
+                     {{"iter", state.iteration + 1}, {"memory_bytes", mem.total()}, {"memory_bytes_one_process", mem.one_process},
+                      {"optimizer_bytes", mem.optimizer}, {"optimizer_bytes_one_process", mem.optimizer_one_process}});
     }
     const double lr = lr_at(state.iteration);
+    dp.before_optimizer_step();
     optimizer->step(lr);
+    dp.after_optimizer_step();
     optimizer->zero_grad();
     state.iteration += 1;
     state.consumed_samples += tc.micro_batch_size * tc.gradient_accumulation_steps * par.dp_size();
