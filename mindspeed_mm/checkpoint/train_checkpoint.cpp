@@ -171,7 +171,7 @@ std::string resolve_resume_dir(const std::string& resume, const std::string& sav
 }
 
 void load_model_weights(mm::nn::Module& model, const std::string& source, const std::vector<std::string>& ignorable,
-                        const std::function<std::string(const std::string&)>& rename) {
+                        const std::function<std::string(const std::string&)>& rename, const WeightStore& store) {
   st::HFWeights weights(source);
   std::map<std::string, std::string> by_model_name;  // model name -> checkpoint name
   std::vector<std::string> unexpected;
@@ -210,7 +210,10 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
     throw Error(msg);
   }
   at::NoGradGuard no_grad;
-  for (auto& [name, p] : params) p.copy_(weights.get(source_name.at(name)));
+  for (auto& [name, p] : params) {
+    if (store) store(p, weights.get(source_name.at(name)));
+    else p.copy_(weights.get(source_name.at(name)));
+  }
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {

@@ -126,8 +126,12 @@ nlohmann::json read_hf_config(const std::string& dir);
 // except `ignorable` ones. The message lists the first offenders. `rename` maps a checkpoint
 // name to the model's (e.g. transformers' newer "model.language_model.*" to "model.*"); the
 // error names the checkpoint's own spelling.
+// `store(param, value)` replaces the copy into each parameter (FSDP keeps only its slice of the
+// file's zero-copy view).
+using WeightStore = std::function<void(at::Tensor& param, const at::Tensor& value)>;
 void load_model_weights(mm::nn::Module& model, const std::string& source,
                         const std::vector<std::string>& ignorable = {},
-                        const std::function<std::string(const std::string&)>& rename = {});
+                        const std::function<std::string(const std::string&)>& rename = {},
+                        const WeightStore& store = {});
 
 }  // namespace mm::checkpoint

@@ -3,11 +3,13 @@
 #include <ATen/core/grad_mode.h>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/param_init.h"
 
 namespace mm::nn {
 
 at::Tensor Module::register_parameter(const std::string& name, at::Tensor t, bool requires_grad) {
   MM_CHECK(name.find('.') == std::string::npos, "module: parameter name '", name, "' contains a dot");
+  t = defer_parameter(std::move(t));  // a meta tensor under DeferredInitGuard
   if (requires_grad) t.set_requires_grad(true);
   params_.emplace_back(name, t);
   return t;

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/parallel/backward_hooks.h"
 
 namespace mm::parallel {
@@ -82,8 +83,14 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
     if (q.trainable) ++u.trainable;
     q.shard = at::zeros({q.chunk}, at::kFloat);
     const int64_t begin = std::min(q.numel, r * q.chunk), end = std::min(q.numel, (r + 1) * q.chunk);
-    if (end > begin) q.shard.narrow(0, 0, end - begin).copy_(q.param.detach().reshape({-1}).narrow(0, begin, end - begin));
+    if (end > begin) {
+      // A deferred parameter has no values yet: its constructor's constant, until
+      // set_full_value hands this rank its slice of the initialised or loaded tensor.
+      if (auto v = mm::nn::deferred_value(q.param)) q.shard.narrow(0, 0, end - begin).fill_(*v);
+      else q.shard.narrow(0, 0, end - begin).copy_(q.param.detach().reshape({-1}).narrow(0, begin, end - begin));
+    }
     q.shard.set_requires_grad(q.trainable);
+    index_.emplace(q.param.unsafeGetTensorImpl(), k);
   }
   for (size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
@@ -114,6 +121,17 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() = default;
+
+bool FullyShardedDataParallel::set_full_value(const at::Tensor& param, const at::Tensor& value) {
+  auto it = index_.find(param.unsafeGetTensorImpl());
+  if (it == index_.end()) return false;
+  Param& q = params_[it->second];
+  MM_CHECK(value.numel() == q.numel, "fsdp: a value of ", value.numel(), " elements for ", q.name, " of ", q.numel);
+  auto [begin, end] = shard_range(q.name);
+  at::NoGradGuard no_grad;
+  if (end > begin) q.shard.detach().narrow(0, 0, end - begin).copy_(value.reshape({-1}).narrow(0, begin, end - begin));
+  return true;
+}
 
 at::Tensor FullyShardedDataParallel::shard(const std::string& name) const {
   for (const Param& q : params_)

@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
@@ -50,7 +51,8 @@ class FullyShardedDataParallel {
   // units: (module path, block) pairs, each block's parameters one unit; the rest of root's
   // parameters the root unit. shard: the group parameters are split over (dp_shard);
   // replicate: the HSDP replica group (null or one rank: none). The model's current values are
-  // taken as the initial weights (the same on every rank).
+  // taken as the initial weights (the same on every rank); parameters built under
+  // DeferredInitGuard take theirs through set_full_value.
   FullyShardedDataParallel(mm::nn::Module& root, const std::vector<std::pair<std::string, mm::nn::Block*>>& units,
                            std::shared_ptr<Communicator> shard, std::shared_ptr<Communicator> replicate,
                            FsdpOptions options = {});
@@ -64,6 +66,11 @@ class FullyShardedDataParallel {
   // This rank's elements [begin, end) of the flattened parameter (end - begin may be less than
   // the chunk: the padding).
   std::pair<int64_t, int64_t> shard_range(const std::string& name) const;
+
+  // This rank's slice of a full value of model parameter `param` into its chunk (deferred
+  // initialisation and sharded loading: the full model never exists on any rank). False when
+  // param is not one of this model's.
+  bool set_full_value(const at::Tensor& param, const at::Tensor& value);
 
   // Before each forward (training or evaluation): gathers the root unit.
   void begin_forward();
@@ -125,6 +132,7 @@ class FullyShardedDataParallel {
   void prefetch_after(const std::vector<size_t>& order, size_t u);
 
   std::vector<Param> params_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_;  // parameter -> params_ index
   std::vector<Unit> units_;  // units_[0] is the root
   std::shared_ptr<Communicator> shard_, replicate_;
   FsdpOptions options_;

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/training/plans.h"
 
 namespace mm::training {
@@ -47,6 +48,19 @@ DataParallelModel::DataParallelModel(models::CausalLM& model, const TrainParalle
 }
 
 DataParallelModel::~DataParallelModel() = default;
+
+void DataParallelModel::initialize(const std::function<void()>& init) {
+  if (!fsdp_) return init();
+  mm::nn::ParamInitHookGuard hook([this](const at::Tensor& p, const at::Tensor& v) { return fsdp_->set_full_value(p, v); });
+  init();
+}
+
+checkpoint::WeightStore DataParallelModel::weight_store() {
+  if (!fsdp_) return {};
+  return [this](at::Tensor& p, const at::Tensor& v) {
+    MM_CHECK(fsdp_->set_full_value(p, v), "fsdp: a loaded tensor is not one of the model's parameters");
+  };
+}
 
 std::vector<ParamGroup> DataParallelModel::param_groups(const std::vector<std::string>& lr_multipliers) const {
   auto groups = default_param_groups(model_.named_parameters(), lr_multipliers);

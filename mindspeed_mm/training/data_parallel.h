@@ -33,6 +33,11 @@ class DataParallelModel {
   ~DataParallelModel();
 
   bool sharded() const { return fsdp_ != nullptr; }
+  // FSDP over a deferred model: runs init (the model's init_weights) keeping this rank's
+  // slices of every value it draws, the same values an eager build has.
+  void initialize(const std::function<void()>& init);
+  // Where load_model_weights puts each tensor: FSDP keeps its slice; empty: a plain copy.
+  checkpoint::WeightStore weight_store();
   // The optimizer's parameter groups: the model's trainable parameters, or under FSDP their
   // shards (the groups, names and weight-decay rules of the full parameters).
   std::vector<ParamGroup> param_groups(const std::vector<std::string>& lr_multipliers) const;

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/data/text_dataset.h"
 #include "mindspeed_mm/models/common/attention.h"
@@ -68,7 +70,7 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
 }
 
 std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
-                                              const std::string* source_file) {
+                                              const std::string* source_file, bool deferred) {
   bool strict = false;
   nlohmann::json hf = resolve_hf_config(m, tokenizer_vocab, &strict);
   std::string source = !m.pretrained.empty()    ? m.pretrained + "/config.json"
@@ -76,7 +78,12 @@ std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int6
                                                 : "model.config";
   if (source_file && m.pretrained.empty() && m.config_path.empty())
     source += " in " + fs::path(*source_file).filename().string();
-  auto model = models::model_registry().get(m.id, "model.id")(hf, source, strict);
+  std::shared_ptr<models::CausalLM> model;
+  if (deferred) {
+    mm::nn::DeferredInitGuard meta;
+    return models::model_registry().get(m.id, "model.id")(hf, source, strict);
+  }
+  model = models::model_registry().get(m.id, "model.id")(hf, source, strict);
   model->init_weights(seed);
   if (!m.pretrained.empty()) {
     // Tied checkpoints sometimes carry a copy of the embedding as lm_head.weight.
@@ -167,8 +174,11 @@ TrainSummary train(const config::Config& cfg) {
   data::TrainData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data, data_ctx);
 
   // Model, plans, optimizer.
+  // Under FSDP the model is built without parameter storage: each rank materialises only its shards,
+  // from the same initialisation or checkpoint, so no rank ever holds the whole model.
   at::manual_seed(static_cast<uint64_t>(tc.seed));
-  auto model = build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed), &cfg.source_file);
+  const bool deferred = par.shape().dp_shard > 1;
+  auto model = build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed), &cfg.source_file, deferred);
   if (!cfg.features.freeze.empty()) {
     int64_t n = apply_freeze_plan(*model, cfg.features.freeze);
     log::info("plan: froze ", n, " parameter tensors");
@@ -176,6 +186,12 @@ TrainSummary train(const config::Config& cfg) {
   // DDP or FSDP before recompute: a unit's FSDP wrapper must be outermost, gathering the
   // parameters that the recomputed forward then uses (TorchTitan's order: AC, then FSDP around it).
   DataParallelModel dp(*model, par, cfg.parallel);
+  if (deferred) {
+    dp.initialize([&] { model->init_weights(static_cast<uint64_t>(tc.seed)); });
+    if (!cfg.model.pretrained.empty())
+      checkpoint::load_model_weights(*model, cfg.model.pretrained, {"lm_head.weight"},
+                                     [&](const std::string& k) { return model->parameter_name(k); }, dp.weight_store());
+  }
   if (!cfg.features.recompute.empty()) {
     int64_t n = apply_recompute_plan(*model, cfg.features.recompute);
     log::info("plan: recomputing activations of ", n, " blocks");
@@ -372,6 +388,11 @@ TrainSummary train(const config::Config& cfg) {
     progress.event(cat("sample (greedy): ", sc.prompt, summary.sample), {{"sample_prompt", sc.prompt}, {"sample", summary.sample}});
   }
   dp.release_full();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const int64_t peak = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+  progress.event(cat("peak resident memory of rank ", par.env().rank, ": ", fmt(peak / 1048576.0, 1), " MiB"),
+                 {{"iter", state.iteration}, {"peak_rss_bytes", peak}});
   return summary;
 }
 

@@ -29,9 +29,10 @@ TrainSummary train(const config::Config& cfg);
 nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer_vocab, bool* strict);
 
 // Builds the model, initialised from seed or loaded from model.pretrained.
-// source_file (the YAML's name) only improves error messages.
+// source_file (the YAML's name) only improves error messages. deferred: parameters without
+// storage (core/param_init.h), neither initialised nor loaded: FSDP materialises its shards.
 std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
-                                              const std::string* source_file = nullptr);
+                                              const std::string* source_file = nullptr, bool deferred = false);
 
 // A batch as the model sees it: its position ids, and a per-sample attention mask for packed rows.
 models::MultimodalInputs batch_inputs(const data::Batch& batch);

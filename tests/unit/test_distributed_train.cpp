@@ -123,3 +123,40 @@ TEST(DistributedTrain, MeshThatDoesNotFitTheWorldIsAClearError) {
   // Both ranks stop with the error; the launcher exits with its code (2, a config error).
   EXPECT_EQ(r.exit_code, 2) << r.output;
 }
+
+// A 205M-parameter model (820 MB in fp32) loaded from an HF directory by FSDP over 4: the model
+// is built without parameter storage and each rank reads only its slices of the file, so a
+// rank's peak memory (weights, AdamW state and the runtime) stays under half of one process's,
+// which holds all of them whole.
+TEST(DistributedTrain, FsdpBuildsAndLoadsAModelNoRankHoldsWhole) {
+  const std::string dir = fresh_dir("dist_train_big");
+  const std::string cfg = text_config(dir);
+  const std::string big = " model.config.hidden_size=1024 model.config.intermediate_size=2816 "
+                          "model.config.num_hidden_layers=16 model.config.num_attention_heads=8 "
+                          "model.config.num_key_value_heads=4 training.eval_iters=1 training.micro_batch_size=1";
+  auto exported = run_command(mm_binary() + " train " + cfg + big + " training.train_iters=0 training.export_dir=" + dir + "/hf");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto peak = [](const std::string& metrics) {
+    double v = 0;
+    std::istringstream in(read_file(metrics));
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("peak_rss_bytes")) v = j["peak_rss_bytes"].get<double>();
+    }
+    return v;
+  };
+  // Load and validate (no step: optimizer state would dwarf the weights in both runs).
+  const std::string load = big + " training.train_iters=0 model.pretrained=" + dir + "/hf";
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", load);
+  const TrainRun four = train(cfg, 4, dir + "/fsdp4.jsonl", load);
+  const double full = 4.0 * 205e6, p1 = peak(dir + "/one.jsonl"), p4 = peak(dir + "/fsdp4.jsonl");
+  std::printf("peak resident memory: one process %.0f MiB, a rank of FSDP over 4 %.0f MiB (the fp32 weights: %.0f MiB)\n",
+              p1 / 1048576, p4 / 1048576, full / 1048576);
+  EXPECT_GT(p1, 2.5 * full);  // one process: the weights and AdamW's two moments, whole
+  EXPECT_LT(p4, 0.5 * p1);     // a rank of FSDP over 4: a quarter of each, plus the runtime
+  // The same weights were loaded: the same validation loss.
+  ASSERT_FALSE(one.val_losses.empty());
+  ASSERT_EQ(four.val_losses.size(), one.val_losses.size()) << four.output;
+  EXPECT_NEAR(four.val_losses[0], one.val_losses[0], 1e-5 * one.val_losses[0]);
+}

@@ -1,6 +1,8 @@
 // LLaVA: CLIP ViT features, MLP projector, LLaMA/Qwen2 decoder.
 #include "mindspeed_mm/models/llava/llava.h"
 
+#include "mindspeed_mm/core/param_init.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <set>
@@ -274,10 +276,7 @@ void LlavaForConditionalGeneration::init_weights(uint64_t seed) {
   language_model->init_weights(seed);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x11A7Aull);
   const double std_dev = config.text.initializer_range;
-  at::NoGradGuard no_grad;
-  auto normal = [&](at::Tensor& t) {
-    t.copy_(at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std_dev, gen));
-  };
+  auto normal = [&](at::Tensor& t) { mm::nn::init_param_normal(t, std_dev, gen); };
   normal(vision_model->class_embedding);
   normal(vision_model->patch_embedding_weight);
   normal(vision_model->position_embedding_weight);
@@ -285,11 +284,11 @@ void LlavaForConditionalGeneration::init_weights(uint64_t seed) {
     for (auto* lin : {layer->self_attn->q_proj.get(), layer->self_attn->k_proj.get(), layer->self_attn->v_proj.get(),
                       layer->self_attn->out_proj.get(), layer->mlp->fc1.get(), layer->mlp->fc2.get()}) {
       normal(lin->weight);
-      lin->bias.zero_();
+      mm::nn::init_param_fill(lin->bias, 0.0);
     }
   for (auto* lin : {linear_1.get(), linear_2.get()}) {
     normal(lin->weight);
-    if (lin->bias.defined()) lin->bias.zero_();
+    if (lin->bias.defined()) mm::nn::init_param_fill(lin->bias, 0.0);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "mindspeed_mm/models/qwen2/qwen2.h"
 
+#include "mindspeed_mm/core/param_init.h"
+
 #include "mindspeed_mm/models/common/kv_cache.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -329,20 +331,16 @@ at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const Multimoda
 void Qwen2ForCausalLM::init_weights(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double std_dev = config.initializer_range;
-  at::NoGradGuard no_grad;
-  auto fill_normal = [&](at::Tensor& t) {
-    t.copy_(at::empty(t.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std_dev, gen));
-  };
   // Walks children() rather than named_modules() so a model that is not owned by a shared_ptr
-  // can be initialised too.
+  // can be initialised too. Through init_param*: a sharded build keeps only its slices.
   std::function<void(mm::nn::Module&)> visit = [&](mm::nn::Module& m) {
     if (auto* lin = dynamic_cast<Linear*>(&m)) {
-      fill_normal(lin->weight);
-      if (lin->bias.defined()) lin->bias.zero_();
+      mm::nn::init_param_normal(lin->weight, std_dev, gen);
+      if (lin->bias.defined()) mm::nn::init_param_fill(lin->bias, 0.0);
     } else if (auto* emb = dynamic_cast<Embedding*>(&m)) {
-      fill_normal(emb->weight);
+      mm::nn::init_param_normal(emb->weight, std_dev, gen);
     } else if (auto* norm = dynamic_cast<RMSNorm*>(&m)) {
-      norm->weight.fill_(1.0);
+      mm::nn::init_param_fill(norm->weight, 1.0);
     }
     for (auto& [_, child] : m.children()) visit(*child);
   };

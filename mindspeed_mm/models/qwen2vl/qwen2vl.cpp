@@ -1,6 +1,8 @@
 // Qwen2-VL: config, vision features into the token embeddings, M-RoPE decoder.
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 
+#include "mindspeed_mm/core/param_init.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "mindspeed_mm/core/errors.h"
@@ -90,9 +92,7 @@ Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLCo
 void Qwen2VLForConditionalGeneration::init_weights(uint64_t seed) {
   Qwen2ForCausalLM::init_weights(seed);  // every Linear and Embedding, the vision tower's too
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5EEDull);
-  at::NoGradGuard no_grad;
-  at::Tensor& w = visual->patch_embed_weight;
-  w.copy_(at::empty(w.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, config.initializer_range, gen));
+  mm::nn::init_param_normal(visual->patch_embed_weight, config.initializer_range, gen);
 }
 
 std::string Qwen2VLForConditionalGeneration::parameter_name(const std::string& name) const {

@@ -1,0 +1,71 @@
+#include "mindspeed_mm/core/param_init.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/native/Resize.h>
+
+#include <mutex>
+#include <unordered_map>
+
+namespace mm::nn {
+namespace {
+
+thread_local bool t_deferred = false;
+thread_local ParamInitHook t_hook;
+
+// Constants of deferred parameters, by TensorImpl (the parameter keeps that impl for life).
+std::mutex g_mu;
+std::unordered_map<const c10::TensorImpl*, double>& deferred_values() {
+  static std::unordered_map<const c10::TensorImpl*, double> m;
+  return m;
+}
+
+}  // namespace
+
+DeferredInitGuard::DeferredInitGuard() : previous_(t_deferred) { t_deferred = true; }
+DeferredInitGuard::~DeferredInitGuard() { t_deferred = previous_; }
+bool deferred_init_active() { return t_deferred; }
+
+at::Tensor defer_parameter(at::Tensor t) {
+  if (!t_deferred || !t.device().is_cpu()) return t;
+  // Only a tensor that owns all of its storage can give it back without touching another.
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage().nbytes() != bytes || t.storage().use_count() > 1)
+    return t;
+  at::Tensor flat = t.reshape({-1});
+  const bool constant = flat.numel() == 0 || flat.eq(flat[0]).all().item<bool>();
+  if (!constant) return t;  // rare; kept as built (a few small tensors at most)
+  const double value = flat.numel() ? flat[0].item<double>() : 0.0;
+  flat = at::Tensor();
+  // The shape stays; the storage shrinks to nothing (a CPU tensor still, so FSDP can point the
+  // parameter at its own buffer with set_data, which a meta tensor would refuse).
+  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), 0);
+  std::lock_guard<std::mutex> lock(g_mu);
+  deferred_values()[t.unsafeGetTensorImpl()] = value;
+  return t;
+}
+
+std::optional<double> deferred_value(const at::Tensor& p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = deferred_values().find(p.unsafeGetTensorImpl());
+  if (it == deferred_values().end()) return std::nullopt;
+  return it->second;
+}
+
+ParamInitHookGuard::ParamInitHookGuard(ParamInitHook hook) : previous_(std::move(t_hook)) { t_hook = std::move(hook); }
+ParamInitHookGuard::~ParamInitHookGuard() { t_hook = std::move(previous_); }
+
+void init_param(at::Tensor& p, const at::Tensor& value) {
+  if (t_hook && t_hook(p, value)) return;
+  at::NoGradGuard no_grad;
+  p.copy_(value);
+}
+
+void init_param_normal(at::Tensor& p, double std, at::Generator& gen) {
+  init_param(p, at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std, gen));
+}
+
+void init_param_fill(at::Tensor& p, double value) {
+  init_param(p, at::full(p.sizes(), value, at::TensorOptions().dtype(at::kFloat)));
+}
+
+}  // namespace mm::nn
