@@ -7,6 +7,8 @@
 #include <iostream>
 #include <map>
 
+#include <filesystem>
+
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/torch_compat.h"
@@ -113,9 +115,20 @@ void add_export_command(CLI::App& app) {
   c->add_option("--out", export_args.out, "output directory (config.json + safetensors)")->required();
   c->add_option("--max-shard-gb", export_args.max_shard_gb, "shard size in GB (HF default 5)");
   actions()[c] = [] {
+    const uint64_t shard_bytes = static_cast<uint64_t>(export_args.max_shard_gb * (1ull << 30));
+    std::string dir = export_args.checkpoint;
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json"))
+      dir = checkpoint::resolve_resume_dir("auto", dir);
+    if (!dir.empty() && std::filesystem::exists(std::filesystem::path(dir) / "metadata.json")) {
+      // Sharded (FSDP, ZeRO-1): streamed tensor by tensor, never the whole model in memory.
+      checkpoint::CheckpointReader reader(dir);
+      checkpoint::export_hf_from_checkpoint(reader, export_args.out, shard_bytes);
+      std::printf("exported %s (sharded, %zu tensors) to %s\n", dir.c_str(), reader.names("model").size(),
+                  export_args.out.c_str());
+      return 0;
+    }
     inference::LoadedModel m = inference::load_model(export_args.checkpoint);
-    checkpoint::export_hf_directory(export_args.out, m.model->hf_config(), *m.model,
-                                    static_cast<uint64_t>(export_args.max_shard_gb * (1ull << 30)));
+    checkpoint::export_hf_directory(export_args.out, m.model->hf_config(), *m.model, shard_bytes);
     std::printf("exported %s (%lld parameters) to %s\n", m.dir.c_str(), static_cast<long long>(m.model->num_parameters()),
                 export_args.out.c_str());
     return 0;

@@ -172,24 +172,34 @@ std::vector<std::string> HFWeights::files() const {
 
 void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                      uint64_t max_shard_bytes) {
+  for (const auto& [name, t] : tensors)
+    if (!t.defined()) fail(dir, cat("tensor \"", name, "\" is undefined"));
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].first, i);
+  save_hf_weights(dir, specs_of(tensors), [&](const std::string& name) { return tensors[index.at(name)].second; },
+                  max_shard_bytes);
+}
+
+void save_hf_weights(const std::string& dir, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
+                     uint64_t max_shard_bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail(dir, cat("cannot create directory: ", ec.message()));
 
   // Shard assignment, as huggingface_hub: an oversized tensor gets its own shard; otherwise a
   // tensor that would push the current shard past the limit starts a new one.
-  using Group = std::vector<std::pair<std::string, at::Tensor>>;
+  using Group = std::vector<TensorSpec>;
   std::vector<Group> shards;
   Group current;
   uint64_t current_bytes = 0, total_bytes = 0;
   std::set<std::string> seen;
-  for (const auto& [name, t] : tensors) {
-    if (!seen.insert(name).second) fail(dir, cat("duplicate tensor name \"", name, "\""));
-    if (!t.defined()) fail(dir, cat("tensor \"", name, "\" is undefined"));
-    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+  for (const auto& spec : specs) {
+    if (!seen.insert(spec.name).second) fail(dir, cat("duplicate tensor name \"", spec.name, "\""));
+    uint64_t nbytes = at::elementSize(spec.dtype);
+    for (int64_t d : spec.shape) nbytes *= static_cast<uint64_t>(d);
     total_bytes += nbytes;
     if (nbytes > max_shard_bytes) {
-      shards.push_back({{name, t}});
+      shards.push_back({spec});
       continue;
     }
     if (current_bytes + nbytes > max_shard_bytes) {
@@ -197,7 +207,7 @@ void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::st
       current.clear();
       current_bytes = 0;
     }
-    current.emplace_back(name, t);
+    current.push_back(spec);
     current_bytes += nbytes;
   }
   if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
@@ -206,15 +216,15 @@ void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::st
   const fs::path base(dir);
   std::set<std::string> written;
   if (shards.size() == 1) {
-    save_safetensors((base / kSingleFile).string(), shards[0], meta);
+    save_safetensors((base / kSingleFile).string(), shards[0], fetch, meta);
     written.insert(kSingleFile);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t i = 0; i < shards.size(); ++i) {
       char file[64];
       std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-      save_safetensors((base / file).string(), shards[i], meta);
-      for (const auto& kv : shards[i]) weight_map[kv.first] = file;
+      save_safetensors((base / file).string(), shards[i], fetch, meta);
+      for (const auto& spec : shards[i]) weight_map[spec.name] = file;
       written.insert(file);
     }
     nlohmann::json index = nlohmann::json::object();

@@ -52,5 +52,8 @@ class HFWeights {
 // last, then stale files of an earlier save in DIR are removed. DIR is created if missing.
 void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                      uint64_t max_shard_bytes = 5ull << 30);
+// The same, streaming: each tensor's data comes from fetch, in specs' order, one at a time.
+void save_hf_weights(const std::string& dir, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
+                     uint64_t max_shard_bytes = 5ull << 30);
 
 }  // namespace mm::st

@@ -335,8 +335,27 @@ const std::string& SafetensorsReader::path() const { return path_; }
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+std::vector<TensorSpec> specs_of(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<TensorSpec> out;
+  for (const auto& [name, t] : tensors)
+    out.push_back({name, t.defined() ? t.scalar_type() : at::kFloat, t.defined() ? t.sizes().vec() : std::vector<int64_t>{}});
+  return out;
+}
+
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) fail_tensor(path, name, "tensor is undefined");
+    if (t.layout() != at::kStrided) fail_tensor(path, name, "only dense (strided) tensors can be saved");
+  }
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].first, i);
+  save_safetensors(path, specs_of(tensors), [&](const std::string& name) { return tensors[index.at(name)].second; },
+                   metadata);
+}
+
+void save_safetensors(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
                       const std::map<std::string, std::string>& metadata) {
   ojson header = ojson::object();
   if (!metadata.empty()) {
@@ -347,21 +366,22 @@ void save_safetensors(const std::string& path,
   std::set<std::string> seen;
   std::vector<uint64_t> sizes;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& spec : specs) {
+    const std::string& name = spec.name;
     if (name == "__metadata__") fail(path, "\"__metadata__\" is reserved and cannot name a tensor");
     if (!seen.insert(name).second) fail(path, cat("duplicate tensor name \"", name, "\""));
-    if (!t.defined()) fail_tensor(path, name, "tensor is undefined");
-    if (t.layout() != at::kStrided) fail_tensor(path, name, "only dense (strided) tensors can be saved");
     std::string dt;
     try {
-      dt = dtype_to_safetensors(t.scalar_type());
+      dt = dtype_to_safetensors(spec.dtype);
     } catch (const Error& e) {
       fail_tensor(path, name, e.what());
     }
-    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * elem_size(t.scalar_type());
+    uint64_t numel = 1;
+    for (int64_t d : spec.shape) numel *= static_cast<uint64_t>(d);
+    const uint64_t nbytes = numel * elem_size(spec.dtype);
     ojson e = ojson::object();
     e["dtype"] = dt;
-    e["shape"] = t.sizes().vec();
+    e["shape"] = spec.shape;
     e["data_offsets"] = ojson::array({offset, offset + nbytes});
     header[name] = std::move(e);
     sizes.push_back(nbytes);
@@ -380,9 +400,12 @@ void save_safetensors(const std::string& path,
   write_atomic(path, [&](int fd, const std::string& tmp) {
     write_all(fd, &header_len, 8, tmp);
     write_all(fd, text.data(), text.size(), tmp);
-    for (size_t i = 0; i < tensors.size(); ++i) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      at::Tensor c = fetch(specs[i].name).detach().to(at::kCPU).to(specs[i].dtype).contiguous();
+      if (static_cast<uint64_t>(c.numel()) * elem_size(specs[i].dtype) != sizes[i] || c.sizes().vec() != specs[i].shape)
+        fail_tensor(tmp, specs[i].name, cat("fetched tensor has shape ", c.sizes(), ", the header says ",
+                                            c10::IntArrayRef(specs[i].shape)));
       if (sizes[i] == 0) continue;
-      at::Tensor c = tensors[i].second.detach().to(at::kCPU).contiguous();
       write_all(fd, c.data_ptr(), sizes[i], tmp);
     }
   });

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,6 +62,19 @@ class SafetensorsReader {
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// A tensor to be written without holding it yet: name, dtype and shape for the header; the
+// data comes from `fetch(name)`, called once per tensor in order while the file is written, so a
+// writer needs only one tensor in memory at a time (streaming export of sharded weights).
+struct TensorSpec {
+  std::string name;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+using TensorFetch = std::function<at::Tensor(const std::string& name)>;
+void save_safetensors(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
+                      const std::map<std::string, std::string>& metadata = {});
+std::vector<TensorSpec> specs_of(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // Writes bytes to path + ".tmp", fsyncs, renames over path (and fsyncs the directory): a crash
 // leaves either the old file or the new one. Used for index files beside the shards.

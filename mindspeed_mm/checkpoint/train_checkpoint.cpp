@@ -229,7 +229,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
         const st::TensorInfo& info = f.info(key);
         int64_t n = 1;
         for (int64_t d : info.shape) n *= d;
-        entries_[kind][key] = {info.shape, {{name, 0, n}}};
+        entries_[kind][key] = {info.shape, info.dtype, {{name, 0, n}}};
       }
     }
     return;
@@ -240,6 +240,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
       for (auto& [key, e] : meta.at("tensors").at(kind).items()) {
         Entry entry;
         entry.shape = e.at("shape").get<std::vector<int64_t>>();
+        entry.dtype = st::dtype_from_safetensors(e.at("dtype").get<std::string>());
         for (auto& piece : e.at("shards"))
           entry.pieces.push_back({piece.at("file").get<std::string>(), piece.at("begin").get<int64_t>(),
                                   piece.at("end").get<int64_t>()});
@@ -277,6 +278,11 @@ std::vector<int64_t> CheckpointReader::shape(const std::string& kind, const std:
   return entries_.at(kind).at(name).shape;
 }
 
+at::ScalarType CheckpointReader::dtype(const std::string& kind, const std::string& name) const {
+  shape(kind, name);  // the error for a missing tensor
+  return entries_.at(kind).at(name).dtype;
+}
+
 at::Tensor CheckpointReader::read(const std::string& kind, const std::string& name, int64_t begin, int64_t end) const {
   if (!has(kind, name)) throw Error(cat("checkpoint: '", dir_, "' has no ", kind, " tensor '", name, "'"));
   const Entry& e = entries_.at(kind).at(name);
@@ -290,7 +296,7 @@ at::Tensor CheckpointReader::read(const std::string& kind, const std::string& na
     out.narrow(0, lo - begin, hi - lo).copy_(src.narrow(0, lo - p.begin, hi - lo));
     covered += hi - lo;
   }
-  if (end == begin) return at::empty({0}, at::kFloat);
+  if (end == begin) return at::empty({0}, e.dtype);
   if (covered != end - begin)
     throw Error(cat("checkpoint: '", dir_, "': elements [", begin, ", ", end, ") of ", kind, " tensor '", name,
                     "' are not all in its pieces (a rank's files missing?)"));
@@ -337,6 +343,23 @@ void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config
   if (ec) throw Error(cat("export: cannot create '", dir, "': ", ec.message()));
   st::save_hf_weights(dir, contiguous_cpu(model.named_parameters()), max_shard_bytes);
   st::write_file_atomic((fs::path(dir) / "config.json").string(), hf_config.dump(2) + "\n");
+}
+
+void export_hf_streaming(const std::string& dir, const nlohmann::json& hf_config, const std::vector<st::TensorSpec>& specs,
+                         const st::TensorFetch& fetch, uint64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(cat("export: cannot create '", dir, "': ", ec.message()));
+  st::save_hf_weights(dir, specs, fetch, max_shard_bytes);
+  st::write_file_atomic((fs::path(dir) / "config.json").string(), hf_config.dump(2) + "\n");
+}
+
+void export_hf_from_checkpoint(const CheckpointReader& reader, const std::string& dir, uint64_t max_shard_bytes) {
+  std::vector<st::TensorSpec> specs;
+  for (const auto& name : reader.names("model"))
+    specs.push_back({name, reader.dtype("model", name), reader.shape("model", name)});
+  export_hf_streaming(dir, read_hf_config(reader.dir()), specs,
+                      [&](const std::string& name) { return reader.read_full("model", name); }, max_shard_bytes);
 }
 
 nlohmann::json read_hf_config(const std::string& dir) {

@@ -32,9 +32,7 @@
 #include "mindspeed_mm/core/module.h"
 #include "mindspeed_mm/training/optimizer.h"
 
-namespace mm::st {
-class SafetensorsReader;
-}
+#include "mindspeed_mm/checkpoint/safetensors.h"
 
 namespace mm::checkpoint {
 
@@ -88,6 +86,7 @@ class CheckpointReader {
   bool has(const std::string& kind, const std::string& name) const;
   std::vector<std::string> names(const std::string& kind) const;
   std::vector<int64_t> shape(const std::string& kind, const std::string& name) const;
+  at::ScalarType dtype(const std::string& kind, const std::string& name) const;
   // Elements [begin, end) of the flattened tensor, in its stored dtype. mm::Error naming the
   // folder and tensor when it is missing or the range is not covered.
   at::Tensor read(const std::string& kind, const std::string& name, int64_t begin, int64_t end) const;
@@ -106,6 +105,7 @@ class CheckpointReader {
   };
   struct Entry {
     std::vector<int64_t> shape;
+    at::ScalarType dtype = at::kFloat;
     std::vector<Piece> pieces;
   };
   const st::SafetensorsReader& file(const std::string& name) const;
@@ -119,6 +119,11 @@ class CheckpointReader {
 // Writes an HF model directory: config.json + model.safetensors (sharded past max_shard_bytes).
 void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config, const mm::nn::Module& model,
                          uint64_t max_shard_bytes = 5ull << 30);
+// The same from tensors fetched one at a time in specs' order (sharded state, streamed).
+void export_hf_streaming(const std::string& dir, const nlohmann::json& hf_config, const std::vector<st::TensorSpec>& specs,
+                         const st::TensorFetch& fetch, uint64_t max_shard_bytes = 5ull << 30);
+// A checkpoint folder of either layout as an HF directory, one tensor in memory at a time.
+void export_hf_from_checkpoint(const CheckpointReader& reader, const std::string& dir, uint64_t max_shard_bytes = 5ull << 30);
 // Reads DIR/config.json.
 nlohmann::json read_hf_config(const std::string& dir);
 // Loads weights (an HF directory or a .safetensors file) into the model by name. Every model

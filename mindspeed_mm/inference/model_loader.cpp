@@ -1,6 +1,8 @@
 // Loading a model and its prompt settings for inference.
 #include "mindspeed_mm/inference/model_loader.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -26,8 +28,19 @@ LoadedModel load_model(const std::string& path) {
            "/config.json has no model_type");
   const std::string id = hf.at("model_type").get<std::string>();
   out.model = models::model_registry().get(id, "config.json model_type")(hf, out.dir + "/config.json", false);
-  checkpoint::load_model_weights(*out.model, out.dir, {},
-                                 [&](const std::string& k) { return out.model->parameter_name(k); });
+  if (fs::exists(fs::path(out.dir) / "metadata.json")) {
+    // A sharded training checkpoint (FSDP, ZeRO-1): every tensor assembled from the ranks' pieces.
+    checkpoint::CheckpointReader reader(out.dir);
+    at::NoGradGuard no_grad;
+    for (auto& [name, p] : out.model->named_parameters()) {
+      MM_CHECK(reader.has("model", name) && reader.shape("model", name) == p.sizes().vec(), "model: ", out.dir,
+               " has no tensor ", name, " of shape ", p.sizes());
+      p.copy_(reader.read_full("model", name));
+    }
+  } else {
+    checkpoint::load_model_weights(*out.model, out.dir, {},
+                                   [&](const std::string& k) { return out.model->parameter_name(k); });
+  }
   const fs::path state = fs::path(out.dir) / "train_state.json";
   if (fs::exists(state)) {
     auto bytes = read_file_bytes(state.string());

@@ -318,6 +318,24 @@ void FullyShardedDataParallel::reshard() {
   for (size_t i = 0; i < units_.size(); ++i) free(i);
 }
 
+std::vector<std::string> FullyShardedDataParallel::export_order() const {
+  std::vector<std::string> out;
+  for (const Unit& u : units_)
+    for (size_t k : u.params) out.push_back(params_[k].name);
+  return out;
+}
+
+at::Tensor FullyShardedDataParallel::full_parameter(const std::string& name) {
+  for (const Param& q : params_) {
+    if (q.name != name) continue;
+    if (q.unit != streamed_ && !pinned_) free(streamed_);
+    streamed_ = q.unit;
+    gather(q.unit);
+    return q.param.detach();
+  }
+  throw Error(cat("fsdp: no parameter named '", name, "'"));
+}
+
 double FullyShardedDataParallel::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
   double sq = 0;

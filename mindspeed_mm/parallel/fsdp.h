@@ -81,6 +81,12 @@ class FullyShardedDataParallel {
   void gather_all();
   // Frees every gathered unit.
   void reshard();
+  // Streaming the full model one unit at a time (HF export without the whole model on any rank):
+  // export_order() lists every parameter grouped by unit; full_parameter(name), called by every
+  // rank in that order, gathers the parameter's unit (freeing the one gathered before) and
+  // returns the full parameter. reshard() afterwards.
+  std::vector<std::string> export_order() const;
+  at::Tensor full_parameter(const std::string& name);
 
   // L2 norm of all chunk gradients over the shard group (each element counted once); scales
   // them to max_norm when larger (max_norm > 0). Returns the norm before clipping.
@@ -140,6 +146,7 @@ class FullyShardedDataParallel {
   std::vector<size_t> reduce_order_;
   size_t next_reduce_ = 0;
   bool in_backward_ = false, pinned_ = false;
+  size_t streamed_ = 0;  // the unit full_parameter gathered last
   int64_t all_gathers_ = 0, reduce_scatters_ = 0;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd keeps weak refs
 };

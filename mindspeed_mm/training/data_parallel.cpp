@@ -115,6 +115,24 @@ void DataParallelModel::release_full() {
   if (fsdp_) fsdp_->reshard();
 }
 
+void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& hf_config) {
+  if (!fsdp_) {
+    if (par_.is_main()) checkpoint::export_hf_directory(dir, hf_config, model_);
+    return;
+  }
+  const auto order = fsdp_->export_order();
+  if (par_.is_main()) {
+    std::map<std::string, at::Tensor> params;
+    for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
+    std::vector<st::TensorSpec> specs;
+    for (const auto& name : order) specs.push_back({name, at::kFloat, params.at(name).sizes().vec()});
+    checkpoint::export_hf_streaming(dir, hf_config, specs, [&](const std::string& n) { return fsdp_->full_parameter(n); });
+  } else {
+    for (const auto& name : order) fsdp_->full_parameter(name);
+  }
+  fsdp_->reshard();
+}
+
 TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
   TrainMemory m;
   int64_t full = 0, trainable_full = 0, updated = 0;

@@ -65,6 +65,10 @@ class DataParallelModel {
   void gather_full();
   void release_full();
 
+  // Writes the model as an HF directory from rank 0. FSDP streams it unit by unit (every rank
+  // takes part in the gathers), so no rank ever holds the whole model.
+  void export_hf(const std::string& dir, const nlohmann::json& hf_config);
+
   TrainMemory memory(const Optimizer& optimizer) const;
 
   // This rank's part of a checkpoint: unsharded layouts (one process, DDP) rank 0's full model

@@ -377,11 +377,11 @@ TrainSummary train(const config::Config& cfg) {
   if (!tc.save_dir.empty() && (tc.save_interval == 0 || state.iteration % tc.save_interval != 0)) save();
   const auto& sc = cfg.tools.sample;
   const bool want_sample = !sc.prompt.empty() && sc.max_new_tokens > 0;
-  if (!tc.export_dir.empty() || want_sample) dp.gather_full();
-  if (!tc.export_dir.empty() && par.is_main()) {
-    checkpoint::export_hf_directory(tc.export_dir, model->hf_config(), *model);
+  if (!tc.export_dir.empty()) {
+    dp.export_hf(tc.export_dir, model->hf_config());
     progress.event(cat("exported Hugging Face model to ", tc.export_dir), nullptr);
   }
+  if (want_sample) dp.gather_full();  // the sample runs on rank 0 alone
   if (want_sample && par.is_main()) {
     auto ids = greedy_generate(*model, lm.encode(sc.prompt), sc.max_new_tokens, lm.eos_id, seq_len);
     summary.sample = lm.decode(ids);

@@ -1,13 +1,14 @@
 // Distributed checkpoints through `mm train` on loopback ranks: a checkpoint written by FSDP over
 // 4 loads into DDP over 2, one process, ZeRO-1 over 3 and FSDP over 2 with bitwise-equal weights
 // and optimizer state, and training continues on the same samples (the data loader's position
-// reshards); a run killed mid-step at a random iteration, or killed while saving, resumes with
+// reshards); HF export from sharded state, streamed, equals the checkpoint's weights; a run killed mid-step at a random iteration, or killed while saving, resumes with
 // losses bitwise equal to the uninterrupted run and the previous checkpoint intact; a rank killed
 // mid-step makes every rank and mm launch exit non-zero within the collective timeout.
 #include <chrono>
 #include <random>
 
 #include "dist_train_runs.h"
+#include "mindspeed_mm/checkpoint/hf_weights.h"
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 
 using namespace mm::test;
@@ -41,7 +42,8 @@ TEST(DistributedCheckpoint, ReshardsAcrossLayoutsBitwiseAndContinuesOnTheSameSam
   const std::string ga = " training.gradient_accumulation_steps=2";
   // FSDP over 4 for 20 iterations, saving at 10 and 20.
   const TrainRun straight = train(cfg, 4, dir + "/straight.jsonl",
-                                  "training.micro_batch_size=1" + ga + " training.save_interval=10 training.save_dir=" + dir + "/a");
+                                  "training.micro_batch_size=1" + ga + " training.save_interval=10 training.save_dir=" + dir +
+                                      "/a training.export_dir=" + dir + "/hf");
   ASSERT_TRUE(fs::exists(iter_dir(dir + "/a", 10) + "/metadata.json"));
   ASSERT_TRUE(fs::exists(iter_dir(dir + "/a", 10) + "/model.rank00003.safetensors"));
   // Load iteration 10 and save it again without a step: FSDP 4 -> DDP 2 -> one process ->
@@ -64,6 +66,19 @@ TEST(DistributedCheckpoint, ReshardsAcrossLayoutsBitwiseAndContinuesOnTheSameSam
     prev = dir + "/" + h.name;
   }
   EXPECT_FALSE(fs::exists(iter_dir(dir + "/b", 10) + "/metadata.json"));  // DDP writes the plain layout
+
+  // HF export from sharded state, streamed: by the FSDP run itself (unit by unit) and by
+  // `mm export` from the sharded folder (tensor by tensor); both equal the checkpoint's weights.
+  auto exported = run_command(mm_binary() + " export --checkpoint " + dir + "/a --out " + dir + "/hf2");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("(sharded,"), std::string::npos) << exported.output;
+  mm::checkpoint::CheckpointReader last(iter_dir(dir + "/a", 20));
+  for (const std::string hf : {dir + "/hf", dir + "/hf2"}) {
+    mm::st::HFWeights w(hf);
+    ASSERT_EQ(w.keys().size(), last.names("model").size()) << hf;
+    for (const auto& name : last.names("model"))
+      EXPECT_TRUE(at::equal(w.get(name), last.read_full("model", name))) << hf << " " << name;
+  }
 
   // Continuing: FSDP over 4 straight to 20 against FSDP over 4 to 10 then DDP over 2 to 20.
   const TrainRun resumed = train(cfg, 2, dir + "/resumed.jsonl",
