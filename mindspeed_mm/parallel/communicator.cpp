@@ -1,6 +1,8 @@
 // Collectives on c10d's Gloo process group, with timeouts that name the missing ranks.
 #include "mindspeed_mm/parallel/communicator.h"
 
+#include <atomic>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -118,14 +120,25 @@ std::string Communicator::laggards() const {
   return out.empty() ? "none (all had entered it)" : out;
 }
 
+namespace {
+std::atomic<int64_t> g_wait_ns{0};
+void add_wait_time(std::chrono::steady_clock::duration d) {
+  g_wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+}  // namespace
+
+double Communicator::wait_seconds() { return static_cast<double>(g_wait_ns.load()) * 1e-9; }
+
 class WorkHandle : public PendingWork {
  public:
   WorkHandle(const Communicator* c, const char* what, int64_t seq, c10::intrusive_ptr<c10d::Work> w)
       : c_(c), what_(what), seq_(seq), work_(std::move(w)) {}
   void wait() override {
     if (!work_) return;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       work_->wait(c_->timeout_);
+      add_wait_time(std::chrono::steady_clock::now() - t0);
     } catch (const std::exception& e) {
       work_.reset();
       c_->fail(what_, seq_, e);

@@ -73,6 +73,9 @@ class Communicator {
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   int64_t collectives_entered() const { return seq_; }
+  // Seconds this process has spent waiting for collectives to finish, all groups together (the
+  // communication share of a step; overlapped all-reduces count only what backward did not hide).
+  static double wait_seconds();
 
  private:
   Communicator() = default;

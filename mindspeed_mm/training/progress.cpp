@@ -67,6 +67,7 @@ void ProgressReporter::step(const StepMetrics& m) {
                         {"step_time_s", m.step_time_s}, {"tokens", m.tokens}, {"tokens_per_s", m.tokens_per_s},
                         {"tflops", m.tflops}};
     if (m.mfu >= 0) r["mfu"] = m.mfu;
+    if (m.comm_s > 0) r["comm_s"] = m.comm_s;
     if (m.skipped_samples > 0) r["skipped_samples"] = m.skipped_samples;
     std::fprintf(metrics_, "%s\n", r.dump().c_str());
     std::fflush(metrics_);

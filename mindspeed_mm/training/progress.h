@@ -14,6 +14,7 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0, step_time_s = 0;
   double tokens_per_s = 0, tflops = 0, mfu = -1;  // mfu < 0: peak unknown
   int64_t tokens = 0;
+  double comm_s = 0;            // waiting for collectives in this step (distributed runs)
   int64_t skipped_samples = 0;  // bad samples the data loader skipped so far (shown when > 0)
 };
 

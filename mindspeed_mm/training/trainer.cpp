@@ -273,6 +273,7 @@ TrainSummary train(const config::Config& cfg) {
   bool warned_vision = false;
   while (state.iteration < tc.train_iters) {
     auto t0 = std::chrono::steady_clock::now();
+    const double comm0 = parallel::Communicator::wait_seconds();
     std::vector<data::Batch> micro;
     std::vector<models::MultimodalInputs> micro_inputs;  // built once: FLOPs accounting and forward
     // Local counts of this rank's micro-batches: labeled tokens and scored samples (the loss's
@@ -345,6 +346,7 @@ TrainSummary train(const config::Config& cfg) {
     sm.lr = lr;
     sm.grad_norm = grad_norm;
     sm.step_time_s = dt;
+    sm.comm_s = parallel::Communicator::wait_seconds() - comm0;
     sm.tokens = static_cast<int64_t>(global[2]);  // the whole job's
     sm.tokens_per_s = global[2] / dt;
     sm.tflops = global[3] / dt / 1e12;
