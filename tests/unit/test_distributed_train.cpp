@@ -160,3 +160,22 @@ TEST(DistributedTrain, FsdpBuildsAndLoadsAModelNoRankHoldsWhole) {
   ASSERT_EQ(four.val_losses.size(), one.val_losses.size()) << four.output;
   EXPECT_NEAR(four.val_losses[0], one.val_losses[0], 1e-5 * one.val_losses[0]);
 }
+
+// Under Slurm (srun starts the tasks; no mm launch): the ranks come from SLURM_PROCID and
+// friends and the master from the first host of the node list; losses equal one process's.
+TEST(DistributedTrain, RunsUnderSlurmVariables) {
+  const std::string dir = fresh_dir("dist_train_slurm");
+  const std::string cfg = text_config(dir);
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.micro_batch_size=4");
+  const std::string env = "SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NODELIST=localhost MASTER_PORT=" +
+                          std::to_string(free_port()) + " ";
+  const std::string args = " train " + cfg + " training.micro_batch_size=2 parallel.data_parallel_replicate_size=2 ";
+  auto r = run_command("(SLURM_PROCID=1 SLURM_LOCALID=1 " + env + mm_binary() + args + " > " + dir + "/rank1.log 2>&1 &) ; " +
+                       "SLURM_PROCID=0 SLURM_LOCALID=0 " + env + mm_binary() + args + "training.metrics_file=" + dir +
+                       "/slurm.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.output << read_file(dir + "/rank1.log");
+  EXPECT_NE(r.output.find("rank 0 of 2 (slurm)"), std::string::npos) << r.output;
+  const auto losses = metrics_losses(dir + "/slurm.jsonl");
+  ASSERT_EQ(losses.size(), 20u);
+  for (auto& [it, l] : one.losses) EXPECT_NEAR(losses.at(it), l, 1e-5 * l) << "iteration " << it;
+}
