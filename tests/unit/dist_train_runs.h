@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "mindspeed_mm/data/media/image.h"
+#include "colour_images.h"
 #include "metrics_file.h"
 #include "run_command.h"
 
@@ -52,13 +52,8 @@ inline std::string vl_config(const std::string& dir, int n) {
   fs::create_directories(dir + "/media");
   std::string jsonl;
   for (int i = 0; i < n; ++i) {
-    const int w = 28 + (i * 7) % 40, h = 28 + (i * 11) % 30, c = i % 3;
-    mm::data::Image im(w, h);
-    for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x)
-        for (int k = 0; k < 3; ++k) im.row(y)[3 * x + k] = static_cast<uint8_t>(k == c ? 200 + (x + y) % 50 : (x * y) % 60);
-    const std::string name = "media/" + std::to_string(i) + ".png";
-    mm::data::save_png(im, dir + "/" + name);
+    const int c = i % 3;
+    const std::string name = mm::test::write_colour_image(dir, i);
     nlohmann::json j;
     j["messages"] = {{{"role", "user"}, {"content", "<image>What colour is this?"}},
                      {{"role", "assistant"}, {"content", answers[c]}}};

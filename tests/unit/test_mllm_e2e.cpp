@@ -10,7 +10,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
-#include "mindspeed_mm/data/media/image.h"
+#include "colour_images.h"
 #include "metrics_file.h"
 #include "run_command.h"
 
@@ -33,13 +33,8 @@ std::string make_dataset(const std::string& dir, int n, const std::map<int, std:
   const std::string clip_bytes = mm::test::read_file(clip);
   std::string jsonl;
   for (int i = 0; i < n; ++i) {
-    const int w = 28 + (i * 7) % 40, h = 28 + (i * 11) % 30, c = i % 3;
-    mm::data::Image im(w, h);
-    for (int y = 0; y < h; ++y)
-      for (int x = 0; x < w; ++x)
-        for (int k = 0; k < 3; ++k) im.row(y)[3 * x + k] = static_cast<uint8_t>(k == c ? 200 + (x + y) % 50 : (x * y) % 60);
-    const std::string name = "media/" + std::to_string(i) + ".png";
-    mm::data::save_png(im, dir + "/" + name);
+    const int c = i % 3;
+    const std::string name = mm::test::write_colour_image(dir, i);
     auto it = plant.find(i);
     const std::string kind = it == plant.end() ? "" : it->second;
     if (kind == "img-trunc") {

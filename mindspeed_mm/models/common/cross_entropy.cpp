@@ -6,14 +6,22 @@
 
 namespace mm::models {
 
-CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
+namespace {
+
+// Logits as [tokens, vocab] (fp32 when stored in half precision) and labels as [tokens] longs.
+std::pair<at::Tensor, at::Tensor> flat_logits_labels(const at::Tensor& logits, const at::Tensor& labels) {
   MM_CHECK(logits.dim() >= 2 && labels.dim() == logits.dim() - 1 &&
                labels.sizes() == logits.sizes().slice(0, logits.dim() - 1),
            "cross_entropy: logits ", logits.sizes(), " and labels ", labels.sizes(), " do not line up");
-  const int64_t V = logits.size(-1);
-  at::Tensor x = logits.reshape({-1, V});
+  at::Tensor x = logits.reshape({-1, logits.size(-1)});
   if (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) x = x.to(at::kFloat);
-  at::Tensor y = labels.reshape({-1}).to(at::kLong);
+  return {x, labels.reshape({-1}).to(at::kLong)};
+}
+
+}  // namespace
+
+CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
+  auto [x, y] = flat_logits_labels(logits, labels);
   at::Tensor sum = at::cross_entropy_loss(x, y, {}, at::Reduction::Sum, kIgnoreIndex);
   at::Tensor count = (y != kIgnoreIndex).sum();
   return {sum, count};
@@ -40,13 +48,7 @@ at::Tensor sample_index(const at::Tensor& labels, const at::Tensor& segment_ids,
 
 CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const at::Tensor& labels,
                                                 const at::Tensor& segment_ids) {
-  MM_CHECK(logits.dim() >= 2 && labels.dim() == logits.dim() - 1 &&
-               labels.sizes() == logits.sizes().slice(0, logits.dim() - 1),
-           "cross_entropy: logits ", logits.sizes(), " and labels ", labels.sizes(), " do not line up");
-  const int64_t V = logits.size(-1);
-  at::Tensor x = logits.reshape({-1, V});
-  if (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) x = x.to(at::kFloat);
-  at::Tensor y = labels.reshape({-1}).to(at::kLong);
+  auto [x, y] = flat_logits_labels(logits, labels);
   at::Tensor per_token = at::cross_entropy_loss(x, y, {}, at::Reduction::None, kIgnoreIndex);  // 0 where ignored
   int64_t n = 0;
   at::Tensor sid = sample_index(labels, segment_ids, &n);
