@@ -154,6 +154,37 @@ TEST(MllmE2E, LossesAreIdenticalForAnyWorkerCountAndAcrossResume) {
   for (int64_t it = 1; it <= 12; ++it) EXPECT_EQ(l[it], by_workers[1][it]) << "iteration " << it;
 }
 
+// The content-hashed train/val split keys media by their path under the media root, so the same
+// dataset stored in two places splits the same way and trains to the same losses.
+TEST(MllmE2E, SplitDoesNotDependOnWhereTheDataIsStored) {
+  const std::string dir = mm::test::fresh_dir("mllm_split_location");
+  const std::string mm = mm::test::mm_binary();
+  std::map<std::string, std::string> metrics;
+  for (const std::string where : {"a", "elsewhere/deeper/b"}) {
+    const std::string data = make_dataset(dir + "/" + where, 40, {});
+    const std::string cfg = config(dir + "/" + where, data, 3);
+    metrics[where] = dir + "/" + where + "/metrics.jsonl";
+    auto r = run_command(mm + " train " + cfg + " data.val_fraction=0.3 training.eval_iters=0 training.metrics_file=" +
+                         metrics[where]);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  auto val_loss = [](const std::string& path) {
+    std::istringstream in(mm::test::read_file(path));
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("val_loss")) return j["val_loss"].get<double>();
+    }
+    return -1.0;
+  };
+  const double va = val_loss(metrics["a"]), vb = val_loss(metrics["elsewhere/deeper/b"]);
+  ASSERT_GT(va, 0) << "no validation loss logged";
+  EXPECT_EQ(vb, va);
+  const auto la = mm::test::metrics_losses(metrics["a"]), lb = mm::test::metrics_losses(metrics["elsewhere/deeper/b"]);
+  ASSERT_EQ(la.size(), 3u);
+  EXPECT_EQ(lb, la);
+}
+
 TEST(MllmE2E, PackedLengthGroupedTrainingRuns) {
   const std::string dir = mm::test::fresh_dir("mllm_grouped");
   const std::string data = make_dataset(dir, 24, {});

@@ -105,6 +105,7 @@ MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr, const std
   const fs::path root = media_root.empty() ? fs::path(path).parent_path() : fs::path(media_root);
   const std::string name = fs::path(path).filename().string();
   MllmFile out;
+  out.media_root = root.string();
   auto add = [&](const json& j, const std::string& where) {
     MllmRecord r;
     std::string why = parse_record(j, attr, root, r);

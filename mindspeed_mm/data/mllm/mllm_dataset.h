@@ -43,6 +43,7 @@ struct BadRecord {
 struct MllmFile {
   std::vector<MllmRecord> records;
   std::vector<BadRecord> bad;
+  std::string media_root;  // the folder media paths were resolved against
 };
 
 // Reads one data file. mm::Error naming the path when it cannot be read at all (missing, or a

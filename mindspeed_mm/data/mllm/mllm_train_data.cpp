@@ -63,12 +63,19 @@ void report_bad_records(const std::string& path, const std::vector<BadRecord>& b
   if (bad.size() > kShown) log::warn("data: ... and ", bad.size() - kShown, " more bad records in ", path);
 }
 
-// A stable content key of a record for the train/val split: its texts and media paths.
-std::string record_key(const MllmRecord& r) {
+// A stable content key of a record for the train/val split: its texts and its media paths relative
+// to the media root, so the split is the same wherever the dataset is stored.
+std::string record_key(const MllmRecord& r, const std::string& media_root) {
+  const std::filesystem::path root(media_root);
   std::string k;
   for (auto& m : r.messages) k += m.role + '\x1f' + m.content + '\x1e';
-  for (auto& p : r.images) k += p + '\x1d';
-  for (auto& p : r.videos) k += p + '\x1d';
+  for (const auto* paths : {&r.images, &r.videos}) {
+    for (auto& p : *paths) {
+      const std::filesystem::path rel = std::filesystem::path(p).lexically_relative(root);
+      k += (rel.empty() ? std::filesystem::path(p) : rel).generic_string() + '\x1d';
+    }
+    k += '\x1c';
+  }
   return k;
 }
 
@@ -106,7 +113,7 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
     std::vector<MllmRecord> train;
     for (auto& r : f.records) {
       const bool is_val = c.val_paths.empty() && c.val_fraction > 0 &&
-                          is_validation_document(record_key(r), c.val_fraction, static_cast<uint64_t>(c.seed));
+                          is_validation_document(record_key(r, f.media_root), c.val_fraction, static_cast<uint64_t>(c.seed));
       (is_val ? *val : train).push_back(std::move(r));
     }
     sets.push_back(std::move(train));
