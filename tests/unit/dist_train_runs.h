@@ -93,11 +93,11 @@ inline TrainRun train(const std::string& cfg, int ranks, const std::string& metr
   TrainRun out;
   out.output = r.output;
   out.losses = metrics_losses(metrics);
+  out.val_losses = metrics_val_losses(metrics);
   std::istringstream in(read_file(metrics));
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) out.val_losses.push_back(j["val_loss"].get<double>());
     if (j.contains("memory_bytes"))
     {
       out.memory_fraction = j["memory_bytes"].get<double>() / j["memory_bytes_one_process"].get<double>();

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "run_command.h"
 
@@ -18,6 +19,18 @@ inline std::map<int64_t, double> metrics_losses(const std::string& metrics_path)
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
     if (j.contains("loss")) out[j["iter"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// Every logged validation loss, in order.
+inline std::vector<double> metrics_val_losses(const std::string& metrics_path) {
+  std::vector<double> out;
+  std::istringstream in(read_file(metrics_path));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) out.push_back(j["val_loss"].get<double>());
   }
   return out;
 }

@@ -18,17 +18,6 @@ std::pair<at::Tensor, at::Tensor> flat_logits_labels(const at::Tensor& logits, c
   return {x, labels.reshape({-1}).to(at::kLong)};
 }
 
-}  // namespace
-
-CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
-  auto [x, y] = flat_logits_labels(logits, labels);
-  at::Tensor sum = at::cross_entropy_loss(x, y, {}, at::Reduction::Sum, kIgnoreIndex);
-  at::Tensor count = (y != kIgnoreIndex).sum();
-  return {sum, count};
-}
-
-namespace {
-
 // Flat sample index of every token: row * (segments per row) + segment, or the row.
 at::Tensor sample_index(const at::Tensor& labels, const at::Tensor& segment_ids, int64_t* num_samples) {
   const int64_t B = labels.size(0), S = labels.numel() / std::max<int64_t>(1, B);
@@ -45,6 +34,13 @@ at::Tensor sample_index(const at::Tensor& labels, const at::Tensor& segment_ids,
 }
 
 }  // namespace
+
+CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
+  auto [x, y] = flat_logits_labels(logits, labels);
+  at::Tensor sum = at::cross_entropy_loss(x, y, {}, at::Reduction::Sum, kIgnoreIndex);
+  at::Tensor count = (y != kIgnoreIndex).sum();
+  return {sum, count};
+}
 
 CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const at::Tensor& labels,
                                                 const at::Tensor& segment_ids) {
