@@ -6,13 +6,13 @@
 # Timings are only meaningful on an otherwise idle machine.
 #
 # Usage: bash bench/run_loader.sh [BUILD_DIR]          (default: build)
-# Environment: SAMPLES (images per measurement, default 120), VIDEO_SAMPLES (24), PYTHON (/usr/bin/python3)
+# Environment: SAMPLES (images per measurement, default 120), VIDEO_SAMPLES (24), PYTHON (the project's .venv python)
 set -euo pipefail
 
 BUILD_DIR=${1:-build}
 SAMPLES=${SAMPLES:-120}
 VIDEO_SAMPLES=${VIDEO_SAMPLES:-24}
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 BIN="$BUILD_DIR/loader"

@@ -7,7 +7,7 @@
 #
 # Usage: bash bench/run_train_step.sh [BUILD_DIR]      (default: build)
 # Environment: THREADS (default 1), STEPS (20), WARMUP (3), ROUNDS (2), PRECISIONS ("fp32 bf16"),
-#              PYTHON (/usr/bin/python3: Debian's python3-torch; the python3 first on PATH may lack torch).
+#              PYTHON (the project's .venv python: PyPI's torch 2.11, the same engine as mm).
 set -euo pipefail
 
 BUILD_DIR=${1:-build}
@@ -16,7 +16,7 @@ STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 ROUNDS=${ROUNDS:-2}
 PRECISIONS=${PRECISIONS:-"fp32 bf16"}
-PYTHON=${PYTHON:-/usr/bin/python3}
+PYTHON=${PYTHON:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin/python}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MM_BIN="$BUILD_DIR/train_step"
 
@@ -25,7 +25,7 @@ if [[ ! -x "$MM_BIN" ]]; then
   exit 1
 fi
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-  echo "run_train_step: $PYTHON cannot import torch; install python3-torch or set PYTHON" >&2
+  echo "run_train_step: $PYTHON cannot import torch; run scripts/install_deps.sh or set PYTHON" >&2
   exit 1
 fi
 

@@ -77,11 +77,11 @@ Args parse_args(int argc, char** argv) {
 // bf16 as the trainer runs it: fp32 weights, CPU autocast around the forward pass.
 struct AutocastScope {
   explicit AutocastScope(bool on) : on_(on) {
-    if (on_) mm::compat::set_cpu_autocast(true, at::kBFloat16);
+    if (on_) mm::compat::set_autocast(at::kCPU, true, at::kBFloat16);
   }
   ~AutocastScope() {
     if (on_) {
-      mm::compat::set_cpu_autocast(false, at::kBFloat16);
+      mm::compat::set_autocast(at::kCPU, false, at::kBFloat16);
       at::autocast::clear_cache();
     }
   }

@@ -1,12 +1,12 @@
 """Baseline for bench/train_step.cpp: the same tiny Qwen2 LM and train step in idiomatic eager
-PyTorch (modules as in HF transformers' modeling_qwen2, math attention since torch 1.13 has no
-SDPA), torch.optim.AdamW, clip_grad_norm_, F.cross_entropy.
+PyTorch 2.11 (modules as in HF transformers' modeling_qwen2 with its default SDPA attention,
+causal without a mask), torch.optim.AdamW, clip_grad_norm_, F.cross_entropy.
 
 Weights and token batches are drawn from seeded CPU generators in the same order as our engine
 (mm::models::Qwen2ForCausalLM::init_weights walks named modules; normal(0, 0.02) for Linear and
 Embedding weights, zero biases, unit norms), so loss_first should match train_step's.
 
-Run with Debian's python3-torch: /usr/bin/python3 bench/train_step_baseline.py --threads 1
+Run with the project's venv (PyPI torch 2.11, mm's own engine): .venv/bin/python bench/train_step_baseline.py --threads 1
 Prints: RESULT impl=pytorch tokens_per_s=... step_ms=... loss_first=... loss_last=...
 """
 import argparse
@@ -83,10 +83,8 @@ class Qwen2Attention(nn.Module):
         k = repeat_kv(k, self.num_key_value_groups)
         v = repeat_kv(v, self.num_key_value_groups)
 
-        attn_weights = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.head_dim)
-        attn_weights = attn_weights + causal_mask
-        attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(q.dtype)
-        attn_output = torch.matmul(attn_weights, v)
+        # transformers' default attention on torch 2.x: SDPA, causal without a materialised mask.
+        attn_output = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         attn_output = attn_output.transpose(1, 2).reshape(bsz, q_len, -1)
         return self.o_proj(attn_output)
 
@@ -128,7 +126,7 @@ class Qwen2Model(nn.Module):
         hidden_states = self.embed_tokens(input_ids)
         position_ids = torch.arange(seq_len, device=input_ids.device).unsqueeze(0).expand(bsz, -1)
         cos, sin = self.rotary_emb(hidden_states, position_ids)
-        causal_mask = torch.full((seq_len, seq_len), float("-inf"), device=input_ids.device).triu(1)
+        causal_mask = None
         for layer in self.layers:
             hidden_states = layer(hidden_states, cos, sin, causal_mask)
         return self.norm(hidden_states)

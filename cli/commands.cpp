@@ -1,6 +1,10 @@
 #include "cli/commands.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#ifdef MM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <cstdio>
 #include <functional>
@@ -56,9 +60,18 @@ void register_action(CLI::App* cmd, std::function<int()> fn) { actions()[cmd] = 
 std::string version_text() {
   std::string s = "mm 0.1.0\nlibtorch " + compat::torch_version();
 #ifdef MM_WITH_CUDA
-  s += "\ncuda: yes";
+  s += "\ncuda: compiled in (CUDA " +
+       std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION / 10 % 100) + ")";
+  const int64_t n = at::detail::getCUDAHooks().hasCUDA() ? at::detail::getCUDAHooks().deviceCount() : 0;
+  s += "\ncuda devices: " + std::to_string(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i));
+    s += "\n  cuda:" + std::to_string(i) + " " + p->name + ", " + std::to_string(p->totalGlobalMem >> 30) +
+         " GiB, sm_" + std::to_string(p->major) + std::to_string(p->minor);
+  }
+  if (n == 0) s += " (no driver or GPU visible: everything runs on the CPU)";
 #else
-  s += "\ncuda: no (CPU build)";
+  s += "\ncuda: not compiled in (CPU build)";
 #endif
   // c10d backends compiled into this libtorch (the distributed runtime builds on them).
   std::string backends;
@@ -69,8 +82,7 @@ std::string version_text() {
   backends += backends.empty() ? "nccl" : ", nccl";
 #endif
   s += "\ncollectives (c10d): " + (backends.empty() ? std::string("none") : backends);
-  s += "\nscaled_dot_product_attention: ";
-  s += MM_HAS_SDPA ? "libtorch" : "math path (libtorch < 2.0)";
+  s += "\nscaled_dot_product_attention: libtorch (at::scaled_dot_product_attention)";
   s += "\nintra-op threads: " + std::to_string(at::get_num_threads());
   s += "\nmodels: " + join(models::model_registry().ids());
   s += "\ndatasets: " + join(data::dataset_registry().ids());

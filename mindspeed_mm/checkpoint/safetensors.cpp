@@ -38,9 +38,7 @@ const DtypeName kDtypes[] = {
     {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
     {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
     {at::kByte, "U8"},    {at::kBool, "BOOL"},
-#if MM_TORCH_AT_LEAST(2, 1)
     {at::ScalarType::Float8_e4m3fn, "F8_E4M3"}, {at::ScalarType::Float8_e5m2, "F8_E5M2"},
-#endif
 };
 
 bool lookup_dtype(const std::string& name, at::ScalarType* out) {

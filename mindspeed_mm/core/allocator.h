@@ -8,6 +8,7 @@ namespace mm {
 // faults per step on the tiny Qwen2 train step, ~100 after this, and ~8% faster steps; see
 // bench/README.md). Allocations above 64 MiB still use mmap, and up to 1 GiB of free heap is kept
 // before trimming: the behaviour of a caching allocator, for the price of a higher resident size.
+// MM_HOST_ALLOCATOR=system in the environment leaves glibc's defaults.
 void configure_host_allocator();
 
 }  // namespace mm

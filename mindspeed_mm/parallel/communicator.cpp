@@ -1,4 +1,5 @@
-// Collectives on c10d's Gloo process group, with timeouts that name the missing ranks.
+// Collectives on c10d backends (Gloo for CPU tensors, NCCL for CUDA ones), with timeouts that
+// name the missing ranks.
 #include "mindspeed_mm/parallel/communicator.h"
 
 #include <atomic>
@@ -6,6 +7,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef MM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 #include <algorithm>
@@ -17,8 +22,20 @@ namespace mm::parallel {
 
 struct Communicator::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d::Backend> gloo;  // CPU tensors
+  c10::intrusive_ptr<c10d::Backend> nccl;  // CUDA tensors (a CUDA build on a GPU, device cuda)
   c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> options;
+  bool want_nccl = false;
+  // The backend for t's device; none for a one-member group.
+  c10d::Backend* for_tensor(const at::Tensor& t, const std::string& group) const {
+    if (t.defined() && t.is_cuda()) {
+      MM_CHECK(nccl || !gloo, "distributed: a CUDA tensor reached group ", group,
+               ", which has no NCCL backend (training.device is cpu)");
+      return nccl.get();
+    }
+    return gloo.get();
+  }
+  bool has_peer() const { return gloo || nccl; }
 };
 
 namespace {
@@ -31,16 +48,25 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   }
 }
 
-bool sixteen_bit(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
-
-// Gloo moves fp32, not 16-bit floats: a contiguous transport copy.
-at::Tensor transport(const at::Tensor& t) { return sixteen_bit(t) ? t.to(at::kFloat).contiguous() : t.contiguous(); }
+#ifdef MM_WITH_CUDA
+// NCCL's own timeout (its watchdog) equals ours; an error or timeout fails the pending work, and
+// wait() rethrows it here (TORCH_NCCL_ASYNC_ERROR_HANDLING=2: abort the communicator, no
+// process teardown), so the rank exits through mm's one-line error, never a hang.
+c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                            std::chrono::milliseconds timeout) {
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0);
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+}
+#endif
 
 }  // namespace
 
 Communicator::~Communicator() = default;
 
-std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chrono::milliseconds timeout) {
+std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chrono::milliseconds timeout,
+                                                   at::Device device) {
   std::shared_ptr<Communicator> c(new Communicator());
   c->rank_ = env.rank;
   c->size_ = env.world_size;
@@ -66,7 +92,17 @@ std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chro
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     opts->threads = 2;
     c->impl_->options = opts;
-    c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, env.rank, env.world_size, opts);
+    c->impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, env.rank, env.world_size, opts);
+    c->impl_->want_nccl = device.is_cuda();
+#ifdef MM_WITH_CUDA
+    if (c->impl_->want_nccl)
+      c->impl_->nccl = make_nccl(c10::make_intrusive<c10d::PrefixStore>("nccl/", c->impl_->store), env.rank,
+                                 env.world_size, timeout);
+#else
+    MM_CHECK(!c->impl_->want_nccl, "distributed: device ", device, " needs a CUDA build of mm");
+#endif
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     std::string msg = e.what();
     throw Error(cat("distributed: rank ", env.rank, " of ", env.world_size, " could not join the group at ",
@@ -89,9 +125,16 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   for (int r : ranks) key += "_" + std::to_string(r);
   c->name_ = key;
   c->impl_->store = c10::make_intrusive<c10d::PrefixStore>(key + "/", impl_->store);
+  c->impl_->options = impl_->options;
+  c->impl_->want_nccl = impl_->want_nccl;
   if (c->size_ > 1) {
     try {
-      c->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, c->rank_, c->size_, impl_->options);
+      c->impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, c->rank_, c->size_, impl_->options);
+#ifdef MM_WITH_CUDA
+      if (c->impl_->want_nccl)
+        c->impl_->nccl = make_nccl(c10::make_intrusive<c10d::PrefixStore>("nccl/", c->impl_->store), c->rank_,
+                                   c->size_, timeout_);
+#endif
     } catch (const std::exception& e) {
       std::string msg = e.what();
       throw Error(cat("distributed: group ", key, " did not form on rank ", members_[static_cast<size_t>(rank_)], ": ",
@@ -131,13 +174,19 @@ double Communicator::wait_seconds() { return static_cast<double>(g_wait_ns.load(
 
 class WorkHandle : public PendingWork {
  public:
-  WorkHandle(const Communicator* c, const char* what, int64_t seq, c10::intrusive_ptr<c10d::Work> w)
-      : c_(c), what_(what), seq_(seq), work_(std::move(w)) {}
+  WorkHandle(const Communicator* c, const char* what, int64_t seq, c10::intrusive_ptr<c10d::Work> w, bool cuda)
+      : c_(c), what_(what), seq_(seq), work_(std::move(w)), cuda_(cuda) {}
   void wait() override {
     if (!work_) return;
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      work_->wait(c_->timeout_);
+      // Gloo: block the CPU up to the timeout. NCCL: make the current stream wait on the
+      // communication stream (no CPU block, compute overlaps); NCCL's watchdog enforces the
+      // timeout and fails the work, which the next wait or synchronisation rethrows.
+      if (cuda_)
+        work_->wait();
+      else
+        work_->wait(c_->timeout_);
       add_wait_time(std::chrono::steady_clock::now() - t0);
     } catch (const std::exception& e) {
       work_.reset();
@@ -151,6 +200,7 @@ class WorkHandle : public PendingWork {
   const char* what_;
   int64_t seq_;
   c10::intrusive_ptr<c10d::Work> work_;
+  bool cuda_;
 };
 
 void Communicator::fail(const char* what, int64_t seq, const std::exception& e) const {
@@ -161,13 +211,14 @@ void Communicator::fail(const char* what, int64_t seq, const std::exception& e) 
 }
 
 template <class Launch>
-std::shared_ptr<PendingWork> Communicator::start(const char* what, Launch&& launch) {
-  MM_CHECK(impl_->pg, "distributed: ", what, " on the one-rank group ", name_, " has no peer");
+std::shared_ptr<PendingWork> Communicator::start(const char* what, const at::Tensor& like, Launch&& launch) {
+  MM_CHECK(impl_->has_peer(), "distributed: ", what, " on the one-rank group ", name_, " has no peer");
+  c10d::Backend* backend = impl_->for_tensor(like, name_);
   ++seq_;
   const std::string n = std::to_string(seq_);
   try {
     impl_->store->set("mm/arrived/" + std::to_string(rank_), std::vector<uint8_t>(n.begin(), n.end()));
-    return std::make_shared<WorkHandle>(this, what, seq_, launch(*impl_->pg));
+    return std::make_shared<WorkHandle>(this, what, seq_, launch(*backend), like.defined() && like.is_cuda());
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -176,63 +227,61 @@ std::shared_ptr<PendingWork> Communicator::start(const char* what, Launch&& laun
 }
 
 template <class Launch>
-void Communicator::run(const char* what, Launch&& launch) {
-  start(what, std::forward<Launch>(launch))->wait();
+void Communicator::run(const char* what, const at::Tensor& like, Launch&& launch) {
+  start(what, like, std::forward<Launch>(launch))->wait();
 }
 
+namespace {
+std::shared_ptr<PendingWork> done() { return std::make_shared<WorkHandle>(nullptr, "", 0, nullptr, false); }
+
+// c10d wants dense tensors; a copy only when t is not already one.
+at::Tensor dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+}  // namespace
+
 std::shared_ptr<PendingWork> Communicator::all_reduce_async(at::Tensor& t) {
-  MM_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat, "all_reduce_async: needs a contiguous fp32 tensor");
-  if (size_ == 1) return std::make_shared<WorkHandle>(this, "all_reduce", seq_, c10::intrusive_ptr<c10d::Work>());
+  MM_CHECK(t.is_contiguous(), "all_reduce_async: needs a contiguous tensor");
+  if (size_ == 1) return done();
   auto v = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{t});
   c10d::AllreduceOptions o;
   o.timeout = timeout_;
-  return start("all_reduce", [&](c10d::ProcessGroup& pg) { return pg.allreduce(*v, o); });
+  return start("all_reduce", t, [&](c10d::Backend& b) { return b.allreduce(*v, o); });
 }
 
 void Communicator::all_reduce(at::Tensor& t, ReduceOp op) {
   if (size_ == 1) return;
-  at::Tensor buf = transport(t);
+  at::Tensor buf = dense(t);
   std::vector<at::Tensor> v = {buf};
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(op);
   o.timeout = timeout_;
-  run("all_reduce", [&](c10d::ProcessGroup& pg) { return pg.allreduce(v, o); });
+  run("all_reduce", buf, [&](c10d::Backend& b) { return b.allreduce(v, o); });
   if (op == ReduceOp::kAvg) buf.div_(size_);
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
 at::Tensor Communicator::all_gather(const at::Tensor& t) {
-  at::Tensor in = transport(t);
+  at::Tensor in = dense(t);
   std::vector<int64_t> shape = {size_};
   shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
   at::Tensor out = at::empty(shape, in.options());
-  if (size_ == 1) {
-    out[0].copy_(in);
-    return out.to(t.scalar_type());
-  }
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < size_; ++r) outputs[0].push_back(out[r]);
-  std::vector<at::Tensor> inputs = {in};
-  c10d::AllgatherOptions o;
-  o.timeout = timeout_;
-  run("all_gather", [&](c10d::ProcessGroup& pg) { return pg.allgather(outputs, inputs, o); });
-  return out.to(t.scalar_type());
+  all_gather_async(in, out)->wait();
+  return out;
 }
 
 std::shared_ptr<PendingWork> Communicator::all_gather_async(const at::Tensor& t, at::Tensor& out) {
-  MM_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat && out.dim() >= 1 &&
-               out.size(0) == size_ && out.numel() == t.numel() * size_,
-           "all_gather_async: needs a contiguous fp32 tensor and an fp32 output of [", size_, ", ...]");
+  MM_CHECK(t.is_contiguous() && out.is_contiguous() && out.scalar_type() == t.scalar_type() && out.dim() >= 1 &&
+               out.size(0) == size_ && out.numel() == t.numel() * size_ && out.device() == t.device(),
+           "all_gather_async: needs a contiguous tensor and a contiguous output of [", size_,
+           ", ...] with its dtype and device");
   if (size_ == 1) {
     out[0].view_as(t).copy_(t);
-    return std::make_shared<WorkHandle>(this, "all_gather", seq_, c10::intrusive_ptr<c10d::Work>());
+    return done();
   }
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < size_; ++r) outputs[0].push_back(out[r].view_as(t));
-  std::vector<at::Tensor> inputs = {t};
+  // One flat buffer, filled in rank order (c10d's allgather into one tensor).
+  at::Tensor flat_out = out.view({-1}), flat_in = t.view({-1});
   c10d::AllgatherOptions o;
   o.timeout = timeout_;
-  return start("all_gather", [&](c10d::ProcessGroup& pg) { return pg.allgather(outputs, inputs, o); });
+  return start("all_gather", t, [&](c10d::Backend& b) { return b._allgather_base(flat_out, flat_in, o); });
 }
 
 at::Tensor Communicator::all_gather_uneven(const at::Tensor& t, const std::vector<int64_t>& counts) {
@@ -251,8 +300,7 @@ at::Tensor Communicator::all_gather_uneven(const at::Tensor& t, const std::vecto
 
 at::Tensor Communicator::all_to_all(const at::Tensor& t, const std::vector<int64_t>& send_counts,
                                     const std::vector<int64_t>& recv_counts) {
-  at::Tensor in = transport(t);
-  const int64_t row = in.dim() > 0 && in.size(0) > 0 ? in.numel() / in.size(0) : 0;
+  at::Tensor in = dense(t);
   std::vector<int64_t> shape(in.sizes().begin(), in.sizes().end());
   if (send_counts.empty()) {
     MM_CHECK(in.size(0) % size_ == 0, "all_to_all: ", in.size(0), " rows do not split evenly over ", size_, " ranks");
@@ -265,60 +313,52 @@ at::Tensor Communicator::all_to_all(const at::Tensor& t, const std::vector<int64
   at::Tensor out = at::empty(shape, in.options());
   if (size_ == 1) {
     out.copy_(in);
-    return out.to(t.scalar_type());
+    return out;
   }
   // alltoall_base splits count rows of dim 0.
   std::vector<int64_t> sc = send_counts, rc = recv_counts;
-  (void)row;
   c10d::AllToAllOptions o;
   o.timeout = timeout_;
-  run("all_to_all", [&](c10d::ProcessGroup& pg) { return pg.alltoall_base(out, in, rc, sc, o); });
-  return out.to(t.scalar_type());
+  run("all_to_all", in, [&](c10d::Backend& b) { return b.alltoall_base(out, in, rc, sc, o); });
+  return out;
 }
 
 at::Tensor Communicator::reduce_scatter(const at::Tensor& t, ReduceOp op) {
   MM_CHECK(t.dim() >= 1 && t.size(0) % size_ == 0, "reduce_scatter: ", t.size(0), " rows do not split over ", size_,
            " ranks (pad first)");
-  const int64_t chunk = t.size(0) / size_;
-  // Block j of every rank arrives at rank j; summing the [size, chunk, ...] result in rank order
-  // equals all-reduce-then-slice.
-  at::Tensor blocks = all_to_all(t.to(sixteen_bit(t) ? at::kFloat : t.scalar_type()));
-  std::vector<int64_t> shape = {size_, chunk};
-  shape.insert(shape.end(), t.sizes().begin() + 1, t.sizes().end());
-  at::Tensor v = blocks.view(shape);
-  at::Tensor out;
-  switch (op) {
-    case ReduceOp::kMax: out = std::get<0>(v.max(0)); break;
-    case ReduceOp::kMin: out = std::get<0>(v.min(0)); break;
-    default: {
-      out = v[0].clone();
-      for (int r = 1; r < size_; ++r) out.add_(v[r]);
-      if (op == ReduceOp::kAvg) out.div_(size_);
-    }
-  }
-  return out.to(t.scalar_type());
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  shape[0] /= size_;
+  if (size_ == 1) return t.clone();
+  at::Tensor in = dense(t);
+  at::Tensor out = at::empty(shape, in.options());
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = to_c10d(op);
+  o.timeout = timeout_;
+  run("reduce_scatter", in, [&](c10d::Backend& b) { return b._reduce_scatter_base(out, in, o); });
+  if (op == ReduceOp::kAvg) out.div_(size_);
+  return out;
 }
 
 void Communicator::broadcast(at::Tensor& t, int root) {
   if (size_ == 1) return;
-  at::Tensor buf = transport(t);
+  at::Tensor buf = dense(t);
   std::vector<at::Tensor> v = {buf};
   c10d::BroadcastOptions o;
   o.rootRank = root;
   o.timeout = timeout_;
-  run("broadcast", [&](c10d::ProcessGroup& pg) { return pg.broadcast(v, o); });
+  run("broadcast", buf, [&](c10d::Backend& b) { return b.broadcast(v, o); });
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
 void Communicator::send(const at::Tensor& t, int dst, int tag) {
-  std::vector<at::Tensor> v = {transport(t)};
-  run("send", [&](c10d::ProcessGroup& pg) { return pg.send(v, dst, tag); });
+  std::vector<at::Tensor> v = {dense(t)};
+  run("send", v[0], [&](c10d::Backend& b) { return b.send(v, dst, tag); });
 }
 
 void Communicator::recv(at::Tensor& t, int src, int tag) {
-  at::Tensor buf = transport(t);
+  at::Tensor buf = dense(t);
   std::vector<at::Tensor> v = {buf};
-  run("recv", [&](c10d::ProcessGroup& pg) { return pg.recv(v, src, tag); });
+  run("recv", buf, [&](c10d::Backend& b) { return b.recv(v, src, tag); });
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
@@ -326,7 +366,7 @@ void Communicator::barrier() {
   if (size_ == 1) return;
   c10d::BarrierOptions o;
   o.timeout = timeout_;
-  run("barrier", [&](c10d::ProcessGroup& pg) { return pg.barrier(o); });
+  run("barrier", at::Tensor(), [&](c10d::Backend& b) { return b.barrier(o); });
 }
 
 }  // namespace mm::parallel

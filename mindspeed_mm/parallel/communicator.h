@@ -1,15 +1,17 @@
-// Collectives over c10d process groups (Gloo on CPU): the layer DDP, FSDP and distributed
-// checkpoints build on. Rendezvous through a TCPStore that rank 0 hosts at MASTER_ADDR:PORT.
+// Collectives over c10d backends: the layer DDP, FSDP and distributed checkpoints build on.
+// Rendezvous through a TCPStore that rank 0 hosts at MASTER_ADDR:PORT. Each operation goes to
+// the backend of its tensor's device: Gloo for CPU tensors, NCCL for CUDA tensors (a group made
+// for a CUDA device has both; NCCL runs on its own stream, so async work overlaps compute).
 //
 // Every operation blocks until done and never hangs: after `timeout` it throws mm::Error naming
 // the collective, this rank, and the ranks that had not reached it (each rank records in the
 // store how many collectives it has entered; a rank that died or lags shows a smaller count).
 // A peer that died mid-collective is reported the same way as soon as Gloo notices.
 //
-// libtorch 1.13's Gloo has no reduce_scatter, no _allgather_base and no 16-bit reductions or
-// all-to-all: reduce_scatter is alltoall_base + a local sum (exact in fp32 for 2 ranks; the sum
-// is in rank order for any size), all_gather writes into views of one buffer, and bf16 / fp16
-// tensors travel as fp32.
+// libtorch 2.11's Gloo has every operation used here natively, for fp32, bf16 and fp16 alike
+// (checked: all-reduce, reduce-scatter and all-gather into one tensor, all-to-all, broadcast,
+// send/recv): nothing is emulated and 16-bit tensors travel as themselves. Gloo has no AVG
+// reduction, so kAvg is a sum divided by the group size on every backend.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,7 +39,9 @@ class Communicator {
  public:
   // Joins the group of env (rank 0 starts the store). mm::Error naming MASTER_ADDR:PORT when the
   // rendezvous does not complete within timeout.
-  static std::shared_ptr<Communicator> create(const DistEnv& env, std::chrono::milliseconds timeout);
+  // A CUDA `device` adds an NCCL backend for CUDA tensors (CPU tensors keep using Gloo).
+  static std::shared_ptr<Communicator> create(const DistEnv& env, std::chrono::milliseconds timeout,
+                                              at::Device device = at::kCPU);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -50,12 +54,12 @@ class Communicator {
   std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& name);
 
   void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
-  // Sum all-reduce of a contiguous fp32 tensor, in place, without waiting.
+  // Sum all-reduce of a contiguous tensor, in place, without waiting.
   std::shared_ptr<PendingWork> all_reduce_async(at::Tensor& t);
   // Every rank's tensor (all the same shape) stacked along a new first dimension: [size, ...].
   at::Tensor all_gather(const at::Tensor& t);
-  // All-gather of a contiguous fp32 tensor into out ([size, ...], fp32, size x t's elements)
-  // without waiting (FSDP prefetches the next units' parameters).
+  // All-gather of a contiguous tensor into out ([size, ...], t's dtype and device, size x t's
+  // elements, contiguous) without waiting (FSDP prefetches the next units' parameters).
   std::shared_ptr<PendingWork> all_gather_async(const at::Tensor& t, at::Tensor& out);
   // Uneven sizes: rank r contributes t with counts[r] rows (dim 0); the result concatenates them.
   at::Tensor all_gather_uneven(const at::Tensor& t, const std::vector<int64_t>& counts);
@@ -80,10 +84,11 @@ class Communicator {
  private:
   Communicator() = default;
   // Records arrival, runs `launch`, waits; rethrows failures with the laggards named.
+  // `like` picks the backend (its device); undefined: Gloo.
   template <class Launch>
-  void run(const char* what, Launch&& launch);
+  void run(const char* what, const at::Tensor& like, Launch&& launch);
   template <class Launch>
-  std::shared_ptr<PendingWork> start(const char* what, Launch&& launch);
+  std::shared_ptr<PendingWork> start(const char* what, const at::Tensor& like, Launch&& launch);
   [[noreturn]] void fail(const char* what, int64_t seq, const std::exception& e) const;
   friend class WorkHandle;
   std::string laggards() const;

@@ -158,11 +158,16 @@ void FullyShardedDataParallel::start_gather(size_t i) {
   Unit& u = units_[i];
   if (u.gathered || u.inflight) return;
   at::NoGradGuard no_grad;
-  // The unit's index travels in the last element, to catch ranks that run different units.
-  u.send = at::empty({u.shard_numel + 1}, at::kFloat);
+  // Gathered in param_dtype (FSDP2's mixed precision: the cast happens on the shard, so a bf16
+  // gather moves half the bytes and gives the same full parameters as casting after it). The
+  // unit's index travels in the last two elements (i % 256, i / 256: exact even in bf16), to
+  // catch ranks that run different units.
+  const auto dt = options_.param_dtype;
+  u.send = at::empty({u.shard_numel + 2}, at::TensorOptions().dtype(dt));
   for (size_t k : u.params) u.send.narrow(0, params_[k].shard_offset, params_[k].chunk).copy_(params_[k].shard.detach());
-  u.send[u.shard_numel].fill_(static_cast<double>(i));
-  u.recv = at::empty({shard_->size(), u.shard_numel + 1}, at::kFloat);
+  u.send[u.shard_numel].fill_(static_cast<double>(i % 256));
+  u.send[u.shard_numel + 1].fill_(static_cast<double>(i / 256));
+  u.recv = at::empty({shard_->size(), u.shard_numel + 2}, at::TensorOptions().dtype(dt));
   u.inflight = shard_->all_gather_async(u.send, u.recv);
   ++all_gathers_;
 }
@@ -178,7 +183,8 @@ void FullyShardedDataParallel::gather(size_t i) {
                                                                : "?";
   };
   for (int r = 0; r < shard_->size(); ++r) {
-    const auto id = static_cast<int64_t>(u.recv[r][u.shard_numel].item<float>());
+    const auto id = static_cast<int64_t>(u.recv[r][u.shard_numel].item<float>()) +
+                    256 * static_cast<int64_t>(u.recv[r][u.shard_numel + 1].item<float>());
     if (id != static_cast<int64_t>(i))
       throw Error(cat("fsdp: rank ", shard_->members()[r], " gathered unit '", name(id), "' while rank ",
                       shard_->members()[shard_->rank()], " gathered '", name(static_cast<int64_t>(i)),

@@ -25,22 +25,15 @@ struct AutocastState {
 
   static AutocastState current() {
     AutocastState s;
-#if MM_TORCH_AT_LEAST(2, 4)
     s.cpu = at::autocast::is_autocast_enabled(at::kCPU);
     s.cuda = at::autocast::is_autocast_enabled(at::kCUDA);
     s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
     s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-#else
-    s.cpu = at::autocast::is_cpu_enabled();
-    s.cuda = at::autocast::is_enabled();
-    s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
-    s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
-#endif
     return s;
   }
   void apply() const {
-    mm::compat::set_cpu_autocast(cpu, cpu_dtype);
-    mm::compat::set_cuda_autocast(cuda, cuda_dtype);
+    mm::compat::set_autocast(at::kCPU, cpu, cpu_dtype);
+    mm::compat::set_autocast(at::kCUDA, cuda, cuda_dtype);
   }
 };
 

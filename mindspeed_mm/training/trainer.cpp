@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -32,11 +33,11 @@ namespace {
 // bf16 compute with fp32 weights: autocast runs matmuls in bf16 and keeps reductions in fp32.
 struct AutocastScope {
   explicit AutocastScope(bool on) : on_(on) {
-    if (on_) compat::set_cpu_autocast(true, at::kBFloat16);
+    if (on_) compat::set_autocast(at::kCPU, true, at::kBFloat16);
   }
   ~AutocastScope() {
     if (on_) {
-      compat::set_cpu_autocast(false, at::kBFloat16);
+      compat::set_autocast(at::kCPU, false, at::kBFloat16);
       at::autocast::clear_cache();
     }
   }
@@ -151,6 +152,16 @@ std::vector<int64_t> greedy_generate(models::CausalLM& model, std::vector<int64_
 }
 
 TrainSummary train(const config::Config& cfg) {
+  // Resident memory before anything of the run exists: libtorch and its CUDA libraries alone
+  // are a few hundred MiB, the same for any model; the run's own memory is the peak minus this.
+  const int64_t start_rss = [] {
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    return static_cast<int64_t>(resident) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  }();
   const auto& tc = cfg.training;
   if (tc.threads > 0) at::set_num_threads(static_cast<int>(tc.threads));
   if (tc.device != "cpu") throw ConfigError("config: training.device cuda needs a CUDA build of mm");
@@ -393,8 +404,9 @@ TrainSummary train(const config::Config& cfg) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const int64_t peak = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
-  progress.event(cat("peak resident memory of rank ", par.env().rank, ": ", fmt(peak / 1048576.0, 1), " MiB"),
-                 {{"iter", state.iteration}, {"peak_rss_bytes", peak}});
+  progress.event(cat("peak resident memory of rank ", par.env().rank, ": ", fmt(peak / 1048576.0, 1), " MiB (",
+                     fmt(start_rss / 1048576.0, 1), " MiB before the run: the engine's libraries)"),
+                 {{"iter", state.iteration}, {"peak_rss_bytes", peak}, {"start_rss_bytes", start_rss}});
   return summary;
 }
 

@@ -95,7 +95,6 @@ at::Tensor scaled_dot_product_attention_math(const at::Tensor& q, const at::Tens
 
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& attn_mask, bool causal, c10::optional<double> scale) {
-#if MM_HAS_SDPA
   check_shapes(q, k, v);
   const int64_t S = q.size(2), T = k.size(2), n_rep = q.size(1) / k.size(1);
   at::Tensor kk = repeat_kv(k, n_rep), vv = repeat_kv(v, n_rep);
@@ -106,17 +105,7 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
   if (mask.defined() && mask.scalar_type() != at::kBool) mask = mask.to(q.scalar_type());
   c10::optional<at::Tensor> opt_mask;
   if (mask.defined()) opt_mask = mask;
-#if MM_TORCH_AT_LEAST(2, 1)
   return at::scaled_dot_product_attention(q, kk, vv, opt_mask, 0.0, native_causal, scale);
-#else
-  // 2.0 has no scale argument: fold the ratio to the default 1/sqrt(D) into q.
-  at::Tensor qq = q;
-  if (scale.has_value()) qq = q * (*scale * std::sqrt(static_cast<double>(q.size(3))));
-  return at::scaled_dot_product_attention(qq, kk, vv, opt_mask, 0.0, native_causal);
-#endif
-#else
-  return scaled_dot_product_attention_math(q, k, v, attn_mask, causal, scale);
-#endif
 }
 
 at::Tensor segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

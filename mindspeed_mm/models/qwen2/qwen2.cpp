@@ -27,12 +27,12 @@ using nlohmann::json;
 
 // Keys HF writes into a Qwen2 config.json that do not change the computation here.
 const char* const kIgnoredKeys[] = {"architectures", "model_type", "transformers_version", "use_cache",
-                                    "_name_or_path", "rope_scaling"};
+                                    "_name_or_path", "rope_scaling", "layer_types", "pad_token_id"};
 const char* const kParsedKeys[] = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
     "hidden_act", "attention_dropout", "torch_dtype", "bos_token_id", "eos_token_id", "use_sliding_window",
-    "sliding_window", "max_window_layers", "initializer_range", "attention_bias"};
+    "sliding_window", "max_window_layers", "initializer_range", "attention_bias", "dtype", "rope_parameters"};
 
 std::string did_you_mean(const std::string& key) {
   std::vector<std::string> known(std::begin(kParsedKeys), std::end(kParsedKeys));
@@ -108,10 +108,24 @@ Qwen2Config Qwen2Config::from_json(const json& j, const std::string& source, boo
   f.opt("max_position_embeddings", c.max_position_embeddings);
   f.opt("rms_norm_eps", c.rms_norm_eps);
   f.opt("rope_theta", c.rope_theta);
+  // transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}
+  // instead of a top-level rope_theta (Qwen2-VL's also carries its mrope_section there, which
+  // Qwen2VLConfig reads). Only plain rotary is implemented: another rope_type is an error.
+  if (f.has("rope_parameters")) {
+    const json& rp = j.at("rope_parameters");
+    if (!rp.is_object()) f.fail("rope_parameters", cat("must be an object (got ", rp.dump(), ")"));
+    Fields r{rp, source};
+    r.opt("rope_theta", c.rope_theta);
+    std::string type = "default";
+    r.opt("rope_type", type);
+    if (type != "default")
+      f.fail("rope_parameters", cat("has rope_type \"", type, "\": only the default rotary embedding is implemented"));
+  }
   f.opt("tie_word_embeddings", c.tie_word_embeddings);
   f.opt("hidden_act", c.hidden_act);
   f.opt("attention_dropout", c.attention_dropout);
   f.opt("torch_dtype", c.torch_dtype);
+  f.opt("dtype", c.torch_dtype);  // transformers >= 5's name for torch_dtype
   f.opt("bos_token_id", c.bos_token_id);
   if (f.has("eos_token_id")) {
     const json& v = j.at("eos_token_id");

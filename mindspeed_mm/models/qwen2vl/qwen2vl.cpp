@@ -41,6 +41,16 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
   take_int("vision_end_token_id", c.vision_end_token_id);
   json vision = text.contains("vision_config") ? text.at("vision_config") : json(nullptr);
   json rope = text.contains("rope_scaling") ? text.at("rope_scaling") : json(nullptr);
+  // transformers >= 5: the M-RoPE sections sit in rope_parameters beside rope_theta.
+  if (rope.is_null() && text.contains("rope_parameters") && text.at("rope_parameters").is_object() &&
+      text.at("rope_parameters").contains("mrope_section")) {
+    rope = text.at("rope_parameters");
+    json plain = rope;
+    plain.erase("mrope_section");
+    plain.erase("type");
+    if (plain.value("rope_type", "default") == "mrope") plain["rope_type"] = "default";
+    text["rope_parameters"] = plain;
+  }
   text.erase("vision_config");
   text.erase("rope_scaling");
   c.text = Qwen2Config::from_json(text, source, strict);

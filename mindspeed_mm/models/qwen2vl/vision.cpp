@@ -1,6 +1,8 @@
 // Qwen2-VL vision tower: patch embedding, 2-D rotary, per-frame attention, patch merger.
 #include "mindspeed_mm/models/qwen2vl/vision.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <tuple>
 
@@ -87,8 +89,12 @@ nlohmann::json Qwen2VLVisionConfig::to_json() const {
             {"window_size", window_size},
             {"fullatt_block_indexes", fullatt_block_indexes},
             {"tokens_per_second", tokens_per_second}};
+  // Qwen2-VL's published configs write mlp_ratio as an integer (4), and transformers >= 5
+  // refuses a float there: an integral ratio goes out as an integer.
+  const nlohmann::json ratio = mlp_ratio == std::floor(mlp_ratio) ? nlohmann::json(static_cast<int64_t>(mlp_ratio))
+                                                                  : nlohmann::json(mlp_ratio);
   return {{"depth", depth},           {"embed_dim", embed_dim},   {"hidden_size", hidden_size},
-          {"hidden_act", hidden_act}, {"mlp_ratio", mlp_ratio},   {"num_heads", num_heads},
+          {"hidden_act", hidden_act}, {"mlp_ratio", ratio},       {"num_heads", num_heads},
           {"in_chans", in_channels},  {"patch_size", patch_size}, {"spatial_merge_size", spatial_merge_size},
           {"temporal_patch_size", temporal_patch_size}};
 }
