@@ -95,6 +95,11 @@ def logits(d):
     for k in ("pixel_values", "pixel_values_videos"):
         if k in x:
             kw[k] = x[k].to(dtype)
+    if "image_grid_thw" in kw or "video_grid_thw" in kw:
+        # transformers >= 5 wants the processor's token types for M-RoPE: 1 image, 2 video.
+        cfg = model.config
+        ids = x["input_ids"]
+        kw["mm_token_type_ids"] = (ids == cfg.image_token_id).long() + 2 * (ids == cfg.video_token_id).long()
     result = {}
     with torch.no_grad():
         result["logits"] = model(input_ids=x["input_ids"], use_cache=False, **kw).logits
