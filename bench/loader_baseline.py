@@ -1,11 +1,11 @@
 # The Python pipeline bench/loader.cpp is measured against: per sample the same work, as a
 # MindSpeed-MM / LLaMA-Factory user runs it today: PIL decode + convert_to_rgb, Qwen2-VL
 # smart_resize, PIL BICUBIC resize, rescale + normalize (numpy float32), patchify (the reshape /
-# transpose of transformers' Qwen2VLImageProcessor); videos decoded with torchvision.io.read_video
-# (PyAV), frames sampled as qwen_vl_utils does (fps 2, linspace indices), each frame resized with
+# transpose of transformers' Qwen2VLImageProcessor); videos decoded with PyAV as
+# torchvision.io.read_video did, frames sampled as qwen_vl_utils does (fps 2, linspace indices), each frame resized with
 # PIL; the ChatML text byte-encoded with pad tokens expanded. torch.utils.data.DataLoader with 1 and
 # 2 worker processes, batch size 1.
-#   /usr/bin/python3 bench/loader_baseline.py DATA.jsonl KIND SAMPLES WARMUP [MAX_PIXELS]
+#   .venv/bin/python bench/loader_baseline.py DATA.jsonl KIND SAMPLES WARMUP [MAX_PIXELS]
 # Prints: RESULT impl=python kind=K workers=W samples_per_s=X
 import json
 import os
@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 import torch
-import torchvision.io
+import av
+import torchvision  # noqa: F401  (the DataLoader stack a user has)
 from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "media"))
@@ -46,8 +47,12 @@ def process_image(path, max_pixels):
 
 
 def process_video(path, fps=2.0):
-    video, _, info = torchvision.io.read_video(path, pts_unit="sec", output_format="THWC")
-    total, video_fps = video.shape[0], info["video_fps"]
+    # What torchvision.io.read_video did (torchvision 0.26 dropped it): every frame through PyAV.
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        video = torch.from_numpy(np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)]))
+        video_fps = float(stream.average_rate)
+    total = video.shape[0]
     n = round(total / video_fps * fps / 2) * 2
     n = max(4, min(n, total // 2 * 2))
     idx = torch.linspace(0, total - 1, n).round().long()

@@ -18,7 +18,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 BIN="$BUILD_DIR/loader"
 [[ -x "$BIN" ]] || { echo "run_loader: $BIN not found; build first (cmake --build $BUILD_DIR --target loader)" >&2; exit 1; }
 "$PYTHON" -c 'import torch, torchvision, av, PIL' 2>/dev/null \
-  || { echo "run_loader: $PYTHON needs python3-torch, python3-torchvision, python3-av and python3-pil" >&2; exit 1; }
+  || { echo "run_loader: $PYTHON needs torch, torchvision, av and pillow (scripts/install_deps.sh puts them in .venv)" >&2; exit 1; }
 
 MEDIA="$BUILD_DIR/test_media"
 bash "$ROOT/tests/media/fetch_media.sh" "$MEDIA"

@@ -19,7 +19,6 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
   zlib1g-dev dataset-fashion-mnist
-  python3-av   # bench/loader_baseline.py
 )
 
 missing=()
@@ -45,6 +44,7 @@ PY_PACKAGES=(
   "cuda-toolkit[nvcc,cccl,crt]==13.0.2" nvidia-nvvm==13.0.88
   numpy==2.4.6
   transformers==5.25.0   # the test references (tests/conformance/hf_reference.py)
+  torchvision==0.26.0 pillow==12.0.0 av==16.0.1   # bench/loader_baseline.py (the pipeline mm's loader is measured against)
 )
 STAMP="$VENV/.mm_packages"
 WANT="$(printf '%s\n' "${PY_PACKAGES[@]}")"
