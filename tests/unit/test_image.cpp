@@ -2,8 +2,9 @@
 // Pillow itself (Debian's python3-pil, tests/media/pil_reference.py) on real photos and PNG
 // variants from pinned Debian packages (tests/media/fetch_media.sh: opencv-doc's samples,
 // libjxl-testdata's pngsuite and 16-bit / grayscale / alpha PNGs); Qwen2-VL's smart_resize on
-// a table of sizes, its pixel_values against a numpy + Pillow transcription of transformers'
-// Qwen2VLImageProcessor (tests/media/qwen2vl_reference.py), and an exact patch reassembly.
+// a table of sizes, its pixel_values and grid against transformers' own Qwen2-VL image processor
+// (its Pillow backend, tests/conformance/hf_image_processor.py: bit-identical), and an exact patch
+// reassembly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -188,8 +189,8 @@ TEST(Image, Qwen2VLPixelValuesMatchTransformersRecipe) {
   for (const auto& c : cases) {
     std::string path = media_dir() + "/images/" + c.image;
     std::string prefix = media_dir() + "/qwen2vl_" + c.image;
-    auto r = run_command("/usr/bin/python3 " + mm::test::source_dir() + "/tests/media/qwen2vl_reference.py " + prefix +
-                         " " + path + " " + std::to_string(c.min_pixels) + " " + std::to_string(c.max_pixels));
+    auto r = run_command(std::string(MM_PYTHON) + " " + mm::test::source_dir() + "/tests/conformance/hf_image_processor.py " +
+                         prefix + " " + path + " " + std::to_string(c.min_pixels) + " " + std::to_string(c.max_pixels));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     Qwen2VLImageConfig cfg;
     cfg.min_pixels = c.min_pixels;
