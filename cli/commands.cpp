@@ -15,6 +15,7 @@
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/inference/model_loader.h"
@@ -45,6 +46,7 @@ struct BenchArgs {
   int64_t size = 1024;
   int reps = 5;
   std::string dtype = "fp32";
+  std::string device = "auto";
 } bench_args;
 
 std::string join(const std::vector<std::string>& v) {
@@ -153,12 +155,16 @@ void add_bench_command(CLI::App& app) {
   peak->add_option("--size", bench_args.size, "matrix side");
   peak->add_option("--reps", bench_args.reps, "repetitions (best is reported)");
   peak->add_option("--dtype", bench_args.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  peak->add_option("--device", bench_args.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
   c->require_subcommand(1);
   actions()[peak] = [] {
     auto dt = bench_args.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-    auto r = tools::measure_matmul_peak(bench_args.size, dt, bench_args.reps);
-    std::printf("matmul %lldx%lld %s, %d threads: %.3f TFLOP/s (set tools.peak_tflops to this for MFU)\n",
-                static_cast<long long>(r.size), static_cast<long long>(r.size), bench_args.dtype.c_str(), r.threads,
+    const at::Device device = resolve_device(bench_args.device, 0, "--device");
+    set_current_device(device);
+    auto r = tools::measure_matmul_peak(bench_args.size, dt, bench_args.reps, device);
+    const std::string where = device.is_cuda() ? describe_device(device) : cat(r.threads, " threads");
+    std::printf("matmul %lldx%lld %s, %s: %.3f TFLOP/s (set tools.peak_tflops to this for MFU)\n",
+                static_cast<long long>(r.size), static_cast<long long>(r.size), bench_args.dtype.c_str(), where.c_str(),
                 r.tflops);
     return 0;
   };

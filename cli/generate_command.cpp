@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/mllm/mllm_options.h"
 #include "mindspeed_mm/inference/eval.h"
@@ -19,6 +20,7 @@ namespace {
 struct CommonArgs {
   std::string model, config;
   std::vector<std::string> set;
+  std::string device = "auto";
   inference::SamplingOptions sampling;
   bool no_cache = false;
 };
@@ -42,6 +44,7 @@ void add_common(CLI::App* c, CommonArgs& a, int64_t default_new_tokens) {
   c->add_option("--model", a.model, "HF model directory, training checkpoint (save/iter_N) or save dir")->required();
   c->add_option("--config", a.config, "YAML whose data section sets tokenizer, chat template and processor "
                                       "(default: the checkpoint's training config)");
+  c->add_option("--device", a.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
   c->add_option("--set", a.set, "data.key=value overrides of the prompt settings, e.g. data.system=\"Be brief.\"");
   c->add_option("--max-new-tokens", a.sampling.max_new_tokens, "tokens to generate at most");
   c->add_option("--temperature", a.sampling.temperature, "0 = greedy; > 0 samples");
@@ -61,7 +64,9 @@ struct Session {
 
 Session open_session(const CommonArgs& a) {
   Session s;
-  s.loaded = inference::load_model(a.model);
+  const at::Device device = resolve_device(a.device, 0, "--device");
+  set_current_device(device);
+  s.loaded = inference::load_model(a.model, device);
   s.data = inference::inference_data_config(s.loaded, a.config, a.set);
   s.encoder = std::make_unique<data::SampleEncoder>(data::mllm_tokenizer(s.data), data::encoder_options(s.data));
   return s;

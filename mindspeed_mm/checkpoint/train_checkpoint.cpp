@@ -35,9 +35,9 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> contiguous_cpu(const std::vector<std::pair<std::string, at::Tensor>>& in) {
+std::vector<std::pair<std::string, at::Tensor>> detached(const std::vector<std::pair<std::string, at::Tensor>>& in) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (auto& [n, t] : in) out.emplace_back(n, t.detach().to(at::kCPU).contiguous());
+  for (auto& [n, t] : in) out.emplace_back(n, t.detach());
   return out;
 }
 
@@ -64,7 +64,7 @@ void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries) 
   for (const ShardEntry& e : entries) {
     MM_CHECK(e.data.numel() == e.end - e.begin, "checkpoint: piece of ", e.name, " holds ", e.data.numel(),
              " elements for the range [", e.begin, ", ", e.end, ")");
-    tensors.emplace_back(e.name, e.data.detach().to(at::kCPU).contiguous().reshape({-1}));
+    tensors.emplace_back(e.name, e.data.detach().reshape({-1}));  // to the host one at a time, while writing
     placement[e.name] = {{"shape", e.shape}, {"begin", e.begin}, {"end", e.end}};
   }
   st::save_safetensors(path.string(), tensors, {{"mm_placement", placement.dump()}});
@@ -115,9 +115,10 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
     write_pieces(tmp_dir / rank_file("optimizer", rank, "safetensors"), mine.optimizer_shards);
   } else if (rank == 0) {
     MM_CHECK(mine.model && mine.optimizer, "checkpoint: rank 0 of an unsharded save needs the model and optimizer");
-    st::save_safetensors((tmp_dir / "model.safetensors").string(), contiguous_cpu(mine.model->named_parameters()),
+    // Streamed: one tensor at a time comes to the host while the file is written.
+    st::save_safetensors((tmp_dir / "model.safetensors").string(), detached(mine.model->named_parameters()),
                          {{"format", "pt"}});
-    st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), contiguous_cpu(mine.optimizer->state()));
+    st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), detached(mine.optimizer->state()));
   }
   st::write_file_atomic((tmp_dir / rank_file("loader", rank, "json")).string(), mine.loader_state.dump() + "\n");
   const char* kill = std::getenv("MM_DEBUG_KILL_IN_SAVE");
@@ -129,8 +130,9 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
   if (rank == 0) {
     if (mine.sharded) st::write_file_atomic((tmp_dir / "metadata.json").string(), collect_metadata(tmp_dir, world).dump(1) + "\n");
     st::write_file_atomic((tmp_dir / "config.json").string(), hf_config.dump(2) + "\n");
-    at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-    st::save_safetensors((tmp_dir / "rng.safetensors").string(), {{"cpu", rng.contiguous()}});
+    std::vector<std::pair<std::string, at::Tensor>> rng = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+    if (state.device_rng.second.defined()) rng.push_back(state.device_rng);
+    st::save_safetensors((tmp_dir / "rng.safetensors").string(), rng);
     nlohmann::json js = {{"iteration", state.iteration},
                          {"consumed_samples", state.consumed_samples},
                          {"sampler", state.sampler},
@@ -324,9 +326,10 @@ TrainState CheckpointReader::train_state() const {
   return s;
 }
 
-at::Tensor CheckpointReader::rng_state() const {
+at::Tensor CheckpointReader::rng_state(const std::string& which) const {
   st::SafetensorsReader rng((fs::path(dir_) / "rng.safetensors").string());
-  return rng.get_copy("cpu");
+  if (which != "cpu" && !rng.has(which)) return at::Tensor();
+  return rng.get_copy(which);
 }
 
 nlohmann::json CheckpointReader::loader_state(int rank, int world) const {
@@ -341,7 +344,7 @@ void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(cat("export: cannot create '", dir, "': ", ec.message()));
-  st::save_hf_weights(dir, contiguous_cpu(model.named_parameters()), max_shard_bytes);
+  st::save_hf_weights(dir, detached(model.named_parameters()), max_shard_bytes);  // streamed to the host
   st::write_file_atomic((fs::path(dir) / "config.json").string(), hf_config.dump(2) + "\n");
 }
 

@@ -41,6 +41,8 @@ struct TrainState {
   int64_t consumed_samples = 0;
   nlohmann::json sampler;      // rank 0's data-loader state
   std::string config_yaml;     // resolved config, for reference
+  // Rank 0's device generator ("cuda" and its state) besides the CPU one; empty on the CPU.
+  std::pair<std::string, at::Tensor> device_rng;
 };
 
 // Part of a tensor that one rank holds: elements [begin, end) of the flattened global tensor.
@@ -93,7 +95,8 @@ class CheckpointReader {
   at::Tensor read_full(const std::string& kind, const std::string& name) const;
 
   TrainState train_state() const;
-  at::Tensor rng_state() const;
+  // A generator's state: "cpu", or a device's ("cuda": undefined when the run was on the CPU).
+  at::Tensor rng_state(const std::string& which = "cpu") const;
   // The data-loader state of data-parallel rank `rank` of `world`: its own when the checkpoint
   // was written by as many ranks, else rank 0's (the sampler reshards it by consumed samples).
   nlohmann::json loader_state(int rank, int world) const;

@@ -195,6 +195,9 @@ struct OptimizerConfig {
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;
   std::vector<std::string> lr_multipliers;  // "PATTERN=MULT", first match wins: ["visual.merger=10"]
+  // for_loop: one parameter at a time (torch.optim's single-tensor path); fused: ATen's
+  // _fused_adamw_ (one kernel over all parameters); auto: fused on CUDA, for_loop on the CPU.
+  std::string implementation = "auto";
   template <class IO> void io(IO& io) {
     io("id", id);
     io("lr", lr, gt(0));
@@ -202,6 +205,7 @@ struct OptimizerConfig {
     io("betas", betas, in_range(0.0, 0.999999));
     io("eps", eps, gt(0));
     io("lr_multipliers", lr_multipliers);
+    io("implementation", implementation, one_of({"auto", "for_loop", "fused"}));
   }
 };
 
@@ -240,7 +244,8 @@ struct TrainingConfig {
   int64_t log_interval = 1;
   std::string metrics_file;                // JSONL; default save_dir/metrics.jsonl
   int64_t threads = 0;                     // intra-op threads (0 = libtorch's default)
-  std::string device = "cpu";              // cpu | cuda
+  // auto: the CUDA device of this rank (LOCAL_RANK) when one is visible, else the CPU.
+  std::string device = "auto";             // auto | cpu | cuda
   template <class IO> void io(IO& io) {
     io("train_iters", train_iters, ge(0));
     io("micro_batch_size", micro_batch_size, ge(1));
@@ -260,7 +265,7 @@ struct TrainingConfig {
     io("log_interval", log_interval, ge(1));
     io("metrics_file", metrics_file);
     io("threads", threads, ge(0));
-    io("device", device, one_of({"cpu", "cuda"}));
+    io("device", device, one_of({"auto", "cpu", "cuda"}));
   }
 };
 

@@ -69,6 +69,7 @@ struct ForwardContext {
   at::Tensor cos, sin;        // rotary tables, broadcastable to [batch, heads, seq, head_dim]
   at::Tensor attn_mask;       // optional additive or boolean mask [batch|1, 1, q, k]
   at::Tensor cu_seqlens;      // optional cumulative sequence lengths (packed / variable length)
+  int64_t max_seqlen = 0;     // the longest segment of cu_seqlens (when it is on the device)
   bool causal = true;
   KVCache* kv_cache = nullptr;  // inference only; never recomputed
   int64_t layer_index = -1;

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "mindspeed_mm/core/module.h"
+
 namespace mm::nn {
 namespace {
 
@@ -49,6 +51,24 @@ std::optional<double> deferred_value(const at::Tensor& p) {
   auto it = deferred_values().find(p.unsafeGetTensorImpl());
   if (it == deferred_values().end()) return std::nullopt;
   return it->second;
+}
+
+void materialize(Module& model, at::Device device) {
+  at::NoGradGuard no_grad;
+  for (auto& [name, p] : model.named_parameters()) {
+    std::optional<double> v;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = deferred_values().find(p.unsafeGetTensorImpl());
+      if (it != deferred_values().end()) {
+        v = it->second;
+        deferred_values().erase(it);  // a tied parameter listed twice is materialised once
+      }
+    }
+    if (v) p.set_data(at::full(p.sizes(), *v, at::TensorOptions().dtype(p.scalar_type()).device(device)));
+    else if (p.device() != device) p.set_data(p.to(device));
+  }
+  model.to(device);  // buffers (rotary tables and the like)
 }
 
 ParamInitHookGuard::ParamInitHookGuard(ParamInitHook hook) : previous_(std::move(t_hook)) { t_hook = std::move(hook); }

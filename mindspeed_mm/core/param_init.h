@@ -14,6 +14,8 @@
 
 namespace mm::nn {
 
+class Module;
+
 class DeferredInitGuard {
  public:
   DeferredInitGuard();
@@ -43,6 +45,11 @@ class ParamInitHookGuard {
  private:
   ParamInitHook previous_;
 };
+
+// Gives every parameter of a model built under DeferredInitGuard storage on `device`: a deferred
+// one its constructor's constant, any other a copy of what it holds; buffers move too. Then
+// init_weights and checkpoint loads write straight into the device's memory.
+void materialize(Module& model, at::Device device);
 
 // p = value (without autograd), or the hook's.
 void init_param(at::Tensor& p, const at::Tensor& value);

@@ -13,6 +13,7 @@
 #include "mindspeed_mm/core/parallel_for.h"
 #include "mindspeed_mm/data/mllm/mllm_collator.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/training/device_batches.h"
 #include "mindspeed_mm/training/trainer.h"
 
 namespace mm::inference {
@@ -198,6 +199,11 @@ EvalReport evaluate(models::CausalLM& model, const data::SampleEncoder& encoder,
                                            : records.size();
   SamplingOptions sampling = options.sampling;
   sampling.validate();
+  at::Device device = at::kCPU;  // the model's
+  for (auto& p : model.parameters()) {
+    device = p.device();
+    break;
+  }
   if (std::find(sampling.stop_token_ids.begin(), sampling.stop_token_ids.end(), encoder.eos_id()) ==
       sampling.stop_token_ids.end())
     sampling.stop_token_ids.push_back(encoder.eos_id());
@@ -250,7 +256,8 @@ EvalReport evaluate(models::CausalLM& model, const data::SampleEncoder& encoder,
         }
       }
       if (options.loss) {
-        data::Batch b = data::collate_samples({encoder.encode(rec)}, {false, 1, encoder.pad_id()});
+        data::Batch b = training::batch_to_device(data::collate_samples({encoder.encode(rec)}, {false, 1, encoder.pad_id()}),
+                                                  device);
         models::CrossEntropySum ce = models::lm_cross_entropy_sum(training::forward_batch(model, b), b.labels);
         r.s.loss = ce.sum.item<double>();
         r.s.tokens = ce.count.item<int64_t>();

@@ -71,7 +71,13 @@ Generation generate(models::CausalLM& model, const models::MultimodalInputs& pro
            "generate: the prompt must be one non-empty sequence [1, S] (got ", prompt.input_ids.sizes(), ")");
   at::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  const at::Tensor prompt_ids = prompt.input_ids.to(at::kLong).contiguous();
+  const at::Tensor prompt_ids = prompt.input_ids.to(at::kCPU, at::kLong).contiguous();
+  // The prompt goes to the model's device; grids stay on the host (sizes the model reads there).
+  at::Device device = at::kCPU;
+  for (auto& p : model.parameters()) {
+    device = p.device();
+    break;
+  }
   std::vector<int64_t> context(prompt_ids.data_ptr<int64_t>(), prompt_ids.data_ptr<int64_t>() + prompt_ids.numel());
   Generation g;
   g.prompt_tokens = static_cast<int64_t>(context.size());
@@ -80,6 +86,8 @@ Generation generate(models::CausalLM& model, const models::MultimodalInputs& pro
 
   mm::nn::KVCache cache;
   models::MultimodalInputs in = prompt;
+  for (at::Tensor* t : {&in.input_ids, &in.attention_mask, &in.pixel_values, &in.pixel_values_videos})
+    if (t->defined()) *t = t->to(device);
   in.position_ids = at::Tensor();
   in.attn_mask = at::Tensor();
   in.kv_cache = o.use_cache ? &cache : nullptr;
@@ -88,7 +96,8 @@ Generation generate(models::CausalLM& model, const models::MultimodalInputs& pro
   g.prefill_seconds = seconds_since(t0);
   t0 = Clock::now();
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const int64_t next = choose_next_token(logits[0][-1], context, o, gen);
+    // The sampling rules run on the host with the CPU generator: the same draws on any device.
+    const int64_t next = choose_next_token(logits[0][-1].to(at::kCPU), context, o, gen);
     if (stops.count(next)) {
       g.finish_reason = "stop";
       break;
@@ -104,11 +113,11 @@ Generation generate(models::CausalLM& model, const models::MultimodalInputs& pro
     if (o.use_cache) {
       // Only the new token: its keys join the cache; no vision inputs after the prompt.
       models::MultimodalInputs step_in;
-      step_in.input_ids = at::tensor(std::vector<int64_t>{next}, at::kLong).view({1, 1}).to(prompt.input_ids.device());
+      step_in.input_ids = at::tensor(std::vector<int64_t>{next}, at::kLong).view({1, 1}).to(device);
       step_in.kv_cache = &cache;
       logits = model.forward_multimodal(step_in);
     } else {
-      in.input_ids = at::tensor(context, at::kLong).unsqueeze(0).to(prompt.input_ids.device());
+      in.input_ids = at::tensor(context, at::kLong).unsqueeze(0).to(device);
       logits = model.forward_multimodal(in);
     }
   }

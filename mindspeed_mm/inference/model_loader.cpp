@@ -9,12 +9,13 @@
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/file_io.h"
+#include "mindspeed_mm/core/param_init.h"
 
 namespace fs = std::filesystem;
 
 namespace mm::inference {
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, at::Device device) {
   MM_CHECK(fs::exists(path), "model: '", path, "' does not exist");
   LoadedModel out;
   out.dir = path;
@@ -27,7 +28,11 @@ LoadedModel load_model(const std::string& path) {
   MM_CHECK(hf.contains("model_type") && hf.at("model_type").is_string(), "model: ", out.dir,
            "/config.json has no model_type");
   const std::string id = hf.at("model_type").get<std::string>();
-  out.model = models::model_registry().get(id, "config.json model_type")(hf, out.dir + "/config.json", false);
+  {
+    mm::nn::DeferredInitGuard deferred;
+    out.model = models::model_registry().get(id, "config.json model_type")(hf, out.dir + "/config.json", false);
+  }
+  mm::nn::materialize(*out.model, device);
   if (fs::exists(fs::path(out.dir) / "metadata.json")) {
     // A sharded training checkpoint (FSDP, ZeRO-1): every tensor assembled from the ranks' pieces.
     checkpoint::CheckpointReader reader(out.dir);

@@ -18,8 +18,10 @@ struct LoadedModel {
   std::string train_config;  // the training YAML of a checkpoint; "" for an HF directory
 };
 
-// mm::Error naming the path when there is no model there or the weights do not fit.
-LoadedModel load_model(const std::string& path);
+// mm::Error naming the path when there is no model there or the weights do not fit. The
+// parameters get their storage on `device` and the checkpoint's tensors are copied there one by
+// one (no host copy of the whole model).
+LoadedModel load_model(const std::string& path, at::Device device = at::kCPU);
 
 // The data settings prompts are encoded with: `config_path`'s data section when given, else the
 // checkpoint's training config, else the defaults (byte tokenizer, qwen2vl template), with an HF

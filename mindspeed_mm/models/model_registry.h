@@ -21,6 +21,11 @@ struct MultimodalInputs {
   at::Tensor input_ids, position_ids, attn_mask;  // as forward()
   at::Tensor attention_mask;                      // int64 [B, S], 1 = real token (undefined: all)
   at::Tensor segment_ids;                         // packed rows: the sample of each token, -1 = padding
+  // Packed rows without a mask (instead of attn_mask): int32 boundaries over the flattened B*S
+  // tokens, every token in exactly one segment and no segment across rows (packed_cu_seqlens),
+  // and the longest segment. On CUDA they go to the varlen flash kernel.
+  at::Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
   at::Tensor pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw;
   std::vector<double> video_second_per_grid;
   // Incremental decoding (mindspeed_mm/models/common/kv_cache.h): the keys and values of the

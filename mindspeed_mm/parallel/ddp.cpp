@@ -63,7 +63,9 @@ void DistributedDataParallel::broadcast_parameters() {
 }
 
 void DistributedDataParallel::launch(Bucket& b) {
-  b.flat = at::empty({b.numel}, at::TensorOptions().dtype(at::kFloat));
+  // On the parameters' device: NCCL reduces a CUDA bucket on its own stream while the rest of
+  // backward runs (c10d orders it after the gradient copies below on the current stream).
+  b.flat = at::empty({b.numel}, at::TensorOptions().dtype(at::kFloat).device(params_[b.params.front()].device()));
   int64_t off = 0;
   for (size_t k : b.params) {
     const at::Tensor& g = params_[k].grad();

@@ -4,6 +4,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/native/Resize.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -30,8 +31,16 @@ struct GradReadyHook : torch::autograd::FunctionPostHook {
   size_t index;
 };
 
+// Frees (bytes 0) or re-allocates a unit buffer's storage in place, so that views of it (the
+// parameters) stay valid. The contents are not kept: a gather rewrites all of them.
 void set_storage_bytes(const at::Tensor& t, size_t bytes) {
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (t.is_cpu()) return at::native::resize_bytes_cpu(s, bytes);
+  // Other devices: a fresh block from the storage's own allocator (CUDA: the caching allocator,
+  // on the current stream, which is the one every use of the buffer runs on).
+  c10::DeviceGuard guard(t.device());
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
 }
 
 }  // namespace
@@ -57,7 +66,8 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
   std::map<const c10::TensorImpl*, bool> seen;
   for (auto& [name, p] : root.named_parameters()) {
     if (!seen.emplace(p.unsafeGetTensorImpl(), true).second) continue;
-    MM_CHECK(p.device().is_cpu(), "fsdp: parameter ", name, " is on ", p.device(), "; this build shards CPU tensors only");
+    MM_CHECK(p.device().is_cpu() || p.device() == options_.device, "fsdp: parameter ", name, " is on ", p.device(),
+             " but the shards go to ", options_.device);
     Param q;
     q.name = name;
     q.param = p;
@@ -81,7 +91,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
     u.shard_numel += q.chunk;
     u.params.push_back(k);
     if (q.trainable) ++u.trainable;
-    q.shard = at::zeros({q.chunk}, at::kFloat);
+    q.shard = at::zeros({q.chunk}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
     const int64_t begin = std::min(q.numel, r * q.chunk), end = std::min(q.numel, (r + 1) * q.chunk);
     if (end > begin) {
       // A deferred parameter has no values yet: its constructor's constant, until
@@ -94,7 +104,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
   }
   for (size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
-    u.full = at::empty({u.full_numel}, at::TensorOptions().dtype(options_.param_dtype));
+    u.full = at::empty({u.full_numel}, at::TensorOptions().dtype(options_.param_dtype).device(options_.device));
     for (size_t k : u.params) {
       Param& q = params_[k];
       q.param.set_data(u.full.narrow(0, q.full_offset, q.numel).view(q.shape));
@@ -163,11 +173,11 @@ void FullyShardedDataParallel::start_gather(size_t i) {
   // unit's index travels in the last two elements (i % 256, i / 256: exact even in bf16), to
   // catch ranks that run different units.
   const auto dt = options_.param_dtype;
-  u.send = at::empty({u.shard_numel + 2}, at::TensorOptions().dtype(dt));
+  u.send = at::empty({u.shard_numel + 2}, at::TensorOptions().dtype(dt).device(options_.device));
   for (size_t k : u.params) u.send.narrow(0, params_[k].shard_offset, params_[k].chunk).copy_(params_[k].shard.detach());
   u.send[u.shard_numel].fill_(static_cast<double>(i % 256));
   u.send[u.shard_numel + 1].fill_(static_cast<double>(i / 256));
-  u.recv = at::empty({shard_->size(), u.shard_numel + 2}, at::TensorOptions().dtype(dt));
+  u.recv = at::empty({shard_->size(), u.shard_numel + 2}, at::TensorOptions().dtype(dt).device(options_.device));
   u.inflight = shard_->all_gather_async(u.send, u.recv);
   ++all_gathers_;
 }
@@ -182,9 +192,11 @@ void FullyShardedDataParallel::gather(size_t i) {
     return id >= 0 && id < static_cast<int64_t>(units_.size()) ? (units_[id].path.empty() ? "<root>" : units_[id].path)
                                                                : "?";
   };
+  // The ids go to the host: on CUDA a small copy that waits for this gather only (the prefetched
+  // ones keep running on the communication stream).
+  at::Tensor ids = u.recv.narrow(1, u.shard_numel, 2).to(at::kCPU, at::kFloat);
   for (int r = 0; r < shard_->size(); ++r) {
-    const auto id = static_cast<int64_t>(u.recv[r][u.shard_numel].item<float>()) +
-                    256 * static_cast<int64_t>(u.recv[r][u.shard_numel + 1].item<float>());
+    const auto id = static_cast<int64_t>(ids[r][0].item<float>()) + 256 * static_cast<int64_t>(ids[r][1].item<float>());
     if (id != static_cast<int64_t>(i))
       throw Error(cat("fsdp: rank ", shard_->members()[r], " gathered unit '", name(id), "' while rank ",
                       shard_->members()[shard_->rank()], " gathered '", name(static_cast<int64_t>(i)),
@@ -283,7 +295,7 @@ void FullyShardedDataParallel::reduce(size_t i) {
   const int64_t W = shard_->size();
   // Row r of buf holds rank r's chunk of every parameter's gradient: reduce-scatter hands each
   // rank the sum of its own row.
-  at::Tensor buf = at::zeros({W, u.shard_numel}, at::TensorOptions().dtype(options_.reduce_dtype));
+  at::Tensor buf = at::zeros({W, u.shard_numel}, at::TensorOptions().dtype(options_.reduce_dtype).device(options_.device));
   for (size_t k : u.params) {
     Param& q = params_[k];
     if (!q.trainable || !q.param.grad().defined()) continue;
@@ -344,10 +356,10 @@ at::Tensor FullyShardedDataParallel::full_parameter(const std::string& name) {
 
 double FullyShardedDataParallel::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
-  double sq = 0;
+  // Summed in fp64 on the device, one transfer at the end (no sync per parameter).
+  at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(options_.device));
   for (const Param& q : params_)
-    if (q.trainable && q.shard.grad().defined()) sq += q.shard.grad().pow(2).sum().item<double>();
-  at::Tensor t = at::tensor({sq}, at::kDouble);
+    if (q.trainable && q.shard.grad().defined()) t.add_(q.shard.grad().pow(2).sum().to(at::kDouble));
   shard_->all_reduce(t);
   const double norm = std::sqrt(t.item<double>());
   if (max_norm > 0 && norm > max_norm) {

@@ -44,6 +44,7 @@ struct FsdpOptions {
   at::ScalarType reduce_dtype = at::kFloat;  // gradient reduce-scatter
   bool reshard_after_forward = true;         // free a unit after its forward, gather again for backward
   int prefetch = 1;                          // units whose all-gather starts ahead of use (0 = none)
+  at::Device device = at::kCPU;              // where shards, gathered buffers and collectives live
 };
 
 class FullyShardedDataParallel {

@@ -48,7 +48,9 @@ void Zero1Partition::scatter_grads() {
 
 void Zero1Partition::gather_params() {
   at::NoGradGuard no_grad;
-  at::Tensor send = at::zeros({packed_}, at::kFloat);
+  at::Tensor send = at::zeros({packed_}, at::TensorOptions()
+                                             .dtype(at::kFloat)
+                                             .device(parts_.empty() ? at::Device(at::kCPU) : parts_.front().param.device()));
   for (const Part& q : parts_) send.narrow(0, q.offset, q.end - q.begin).copy_(q.shard.detach());
   at::Tensor all = dp_->all_gather(send);  // [W, packed]
   for (Part& q : parts_) {

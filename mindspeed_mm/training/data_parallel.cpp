@@ -13,7 +13,8 @@ at::ScalarType dtype_of(const std::string& name) { return name == "bf16" ? at::k
 
 }  // namespace
 
-DataParallelModel::DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc)
+DataParallelModel::DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc,
+                                     at::Device device)
     : model_(model), par_(par) {
   for (auto& p : model.parameters())
     if (p.requires_grad()) trainable_.push_back(p);
@@ -39,6 +40,7 @@ DataParallelModel::DataParallelModel(models::CausalLM& model, const TrainParalle
   o.reduce_dtype = dtype_of(pc.fsdp.reduce_dtype);
   o.reshard_after_forward = pc.fsdp.reshard_after_forward;
   o.prefetch = static_cast<int>(pc.fsdp.prefetch);
+  o.device = device;
   auto* st = par.state();
   fsdp_ = std::make_unique<parallel::FullyShardedDataParallel>(model, units, st->shared_group(parallel::MeshDim::kDpShard),
                                                                st->shared_group(parallel::MeshDim::kDpReplicate), o);

@@ -29,7 +29,9 @@ class DataParallelModel {
  public:
   // Applies DDP or FSDP to model (after freeze and before recompute plans: FSDP's wrapper must be
   // the outermost one of each unit). The model's current weights must be the same on every rank.
-  DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc);
+  // device: where FSDP puts its shards and buffers (DDP's buckets follow the parameters).
+  DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc,
+                    at::Device device = at::kCPU);
   ~DataParallelModel();
 
   bool sharded() const { return fsdp_ != nullptr; }

@@ -15,8 +15,8 @@ void Optimizer::zero_grad() {
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
 }
 
-AdamW::AdamW(std::vector<ParamGroup> groups, double beta1, double beta2, double eps, double weight_decay)
-    : beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay) {
+AdamW::AdamW(std::vector<ParamGroup> groups, double beta1, double beta2, double eps, double weight_decay, bool fused)
+    : beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay), fused_(fused) {
   groups_ = std::move(groups);
   for (auto& g : groups_) {
     exp_avg_.emplace_back();
@@ -38,9 +38,39 @@ void AdamW::step(double lr) {
     auto& g = groups_[gi];
     const double glr = lr * g.lr_scale;
     const double wd = g.weight_decay ? weight_decay_ : 0.0;
+    std::vector<bool> done(g.params.size(), false);
+    if (fused_) {
+      // Every fp32 parameter with an fp32 gradient, per device, in one call. The step count is
+      // the optimizer's (as on the for-loop path), handed over as a float tensor per parameter.
+      std::vector<std::pair<at::Device, std::vector<size_t>>> by_device;
+      for (size_t i = 0; i < g.params.size(); ++i) {
+        const at::Tensor& p = g.params[i];
+        if (p.grad().defined() && p.scalar_type() == at::kFloat && p.grad().scalar_type() == at::kFloat &&
+            p.grad().layout() == at::kStrided)
+        {
+          auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == p.device(); });
+          if (it == by_device.end()) by_device.push_back({p.device(), {i}});
+          else it->second.push_back(i);
+        }
+      }
+      for (auto& [device, idx] : by_device) {
+        std::vector<at::Tensor> ps, gs, ms, vs, steps;
+        at::Tensor step = at::full({}, static_cast<double>(step_), at::TensorOptions().dtype(at::kFloat).device(device));
+        for (size_t i : idx) {
+          ps.push_back(g.params[i]);
+          gs.push_back(g.params[i].grad());
+          ms.push_back(exp_avg_[gi][i]);
+          vs.push_back(exp_avg_sq_[gi][i]);
+          steps.push_back(step);
+          done[i] = true;
+        }
+        at::_fused_adamw_(ps, gs, ms, vs, /*max_exp_avg_sqs=*/{}, steps, glr, beta1_, beta2_, wd, eps_,
+                          /*amsgrad=*/false, /*maximize=*/false);
+      }
+    }
     for (size_t i = 0; i < g.params.size(); ++i) {
       at::Tensor p = g.params[i];
-      if (!p.grad().defined()) continue;
+      if (done[i] || !p.grad().defined()) continue;
       at::Tensor grad = p.grad().to(at::kFloat);
       at::Tensor& m = exp_avg_[gi][i];
       at::Tensor& v = exp_avg_sq_[gi][i];
@@ -93,10 +123,17 @@ Registry<OptimizerFactory>& optimizer_registry() {
 namespace {
 Registrar adamw_registrar(optimizer_registry(), "adamw",
                           [](std::vector<ParamGroup> groups, const config::OptimizerConfig& c) {
+                            bool fused = false;
+                            for (auto& g : groups)
+                              for (auto& p : g.params) fused = fused || use_fused_optimizer(c.implementation, p.device());
                             return std::make_unique<AdamW>(std::move(groups), c.betas.at(0), c.betas.at(1), c.eps,
-                                                           c.weight_decay);
+                                                           c.weight_decay, fused);
                           });
 }  // namespace
+
+bool use_fused_optimizer(const std::string& implementation, const at::Device& device) {
+  return implementation == "fused" || (implementation == "auto" && device.is_cuda());
+}
 
 std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::string, at::Tensor>>& named_params,
                                              const std::vector<std::string>& lr_multipliers) {
@@ -161,10 +198,14 @@ std::vector<ParamGroup> default_param_groups(const std::vector<std::pair<std::st
 
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   at::NoGradGuard no_grad;
-  double sq = 0;
-  for (auto& p : params)
-    if (p.grad().defined()) sq += p.grad().to(at::kFloat).pow(2).sum().item<double>();
-  double norm = std::sqrt(sq);
+  // Summed in fp64 on the parameters' device; one transfer at the end (no sync per parameter).
+  at::Tensor sq;
+  for (auto& p : params) {
+    if (!p.grad().defined()) continue;
+    at::Tensor s = p.grad().to(at::kFloat).pow(2).sum().to(at::kDouble);
+    sq = sq.defined() ? sq.add_(s) : s;
+  }
+  double norm = sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
   if (max_norm > 0 && norm > max_norm) {
     // Same coefficient as torch.nn.utils.clip_grad_norm_.
     double coef = max_norm / (norm + 1e-6);

@@ -40,20 +40,29 @@ class Optimizer {
 // the square root), updating in place.
 class AdamW : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, double beta1, double beta2, double eps, double weight_decay);
+  // fused: fp32 parameters are updated by ATen's _fused_adamw_ (one multi-tensor kernel per
+  // group on CUDA, a vectorised loop on the CPU); the same update as the for-loop path up to
+  // floating-point rounding. Other parameters always take the for-loop path.
+  AdamW(std::vector<ParamGroup> groups, double beta1, double beta2, double eps, double weight_decay, bool fused = false);
   void step(double lr) override;
   std::vector<std::pair<std::string, at::Tensor>> state() const override;
   void load_state(const std::function<at::Tensor(const std::string&)>& get) override;
   int64_t step_count() const { return step_; }
+  bool fused() const { return fused_; }
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
+  bool fused_;
   int64_t step_ = 0;
   std::vector<std::vector<at::Tensor>> exp_avg_, exp_avg_sq_;
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>, const config::OptimizerConfig&)>;
 Registry<OptimizerFactory>& optimizer_registry();
+
+// training.optimizer.implementation for parameters on `device`: fused for "fused", and for "auto"
+// on CUDA; the for-loop path otherwise.
+bool use_fused_optimizer(const std::string& implementation, const at::Device& device);
 
 // Splits trainable parameters into the usual two groups: weight decay for matrices, none for
 // biases, norms and other 1-D tensors; with lr_multipliers ("PATTERN=MULT", e.g.

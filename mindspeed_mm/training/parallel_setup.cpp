@@ -26,13 +26,13 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
   return s;
 }
 
-TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env)
+TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device)
     : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
   if (shape_.cp > 1 || shape_.tp > 1)
     throw ConfigError("config: parallel.context_parallel_size and tensor_parallel_size other than 1 are not built yet");
   if (!env_.distributed()) return;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
-  world_ = parallel::Communicator::create(env_, timeout);
+  world_ = parallel::Communicator::create(env_, timeout, device);
   state_ = std::make_unique<parallel::ParallelState>(world_, shape_);
   dp_ = state_->shared_group(parallel::MeshDim::kDp);
   dp_rank_ = dp_->rank();

@@ -19,8 +19,9 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
 class TrainParallel {
  public:
   // Joins the world group when env has more than one rank (collectives time out after
-  // p.timeout_s) and builds the mesh's groups.
-  TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env);
+  // p.timeout_s) and builds the mesh's groups: Gloo for CPU tensors, and on a CUDA device NCCL
+  // for CUDA tensors as well.
+  TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device = at::kCPU);
 
   const parallel::DistEnv& env() const { return env_; }
   const parallel::MeshShape& shape() const { return shape_; }

@@ -13,12 +13,14 @@
 #include <mutex>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/data/text_dataset.h"
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/training/device_batches.h"
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/plans.h"
@@ -30,19 +32,26 @@ namespace fs = std::filesystem;
 namespace mm::training {
 namespace {
 
-// bf16 compute with fp32 weights: autocast runs matmuls in bf16 and keeps reductions in fp32.
+// bf16 compute with fp32 weights: autocast for the device's type runs matmuls in bf16 and keeps
+// reductions in fp32.
 struct AutocastScope {
-  explicit AutocastScope(bool on) : on_(on) {
-    if (on_) compat::set_autocast(at::kCPU, true, at::kBFloat16);
+  AutocastScope(bool on, at::DeviceType type) : on_(on), type_(type) {
+    if (on_) compat::set_autocast(type_, true, at::kBFloat16);
   }
   ~AutocastScope() {
     if (on_) {
-      compat::set_autocast(at::kCPU, false, at::kBFloat16);
+      compat::set_autocast(type_, false, at::kBFloat16);
       at::autocast::clear_cache();
     }
   }
   bool on_;
+  at::DeviceType type_;
 };
+
+at::Device model_device(const models::CausalLM& model) {
+  for (auto& p : model.parameters()) return p.device();
+  return at::kCPU;
+}
 
 std::string fmt(double v, int prec = 4) {
   char buf[64];
@@ -71,7 +80,7 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
 }
 
 std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
-                                              const std::string* source_file, bool deferred) {
+                                              const std::string* source_file, bool deferred, at::Device device) {
   bool strict = false;
   nlohmann::json hf = resolve_hf_config(m, tokenizer_vocab, &strict);
   std::string source = !m.pretrained.empty()    ? m.pretrained + "/config.json"
@@ -80,11 +89,12 @@ std::shared_ptr<models::CausalLM> build_model(const config::ModelConfig& m, int6
   if (source_file && m.pretrained.empty() && m.config_path.empty())
     source += " in " + fs::path(*source_file).filename().string();
   std::shared_ptr<models::CausalLM> model;
-  if (deferred) {
+  {
     mm::nn::DeferredInitGuard meta;
-    return models::model_registry().get(m.id, "model.id")(hf, source, strict);
+    model = models::model_registry().get(m.id, "model.id")(hf, source, strict);
   }
-  model = models::model_registry().get(m.id, "model.id")(hf, source, strict);
+  if (deferred) return model;
+  mm::nn::materialize(*model, device);
   model->init_weights(seed);
   if (!m.pretrained.empty()) {
     // Tied checkpoints sometimes carry a copy of the embedding as lm_head.weight.
@@ -109,22 +119,39 @@ models::MultimodalInputs batch_inputs(const data::Batch& b) {
   return in;
 }
 
+models::MultimodalInputs device_inputs(const data::Batch& host, const data::Batch& device_batch) {
+  models::MultimodalInputs in = batch_inputs(device_batch);
+  if (host.segment_ids.defined() && device_batch.input_ids.is_cuda()) {
+    // Packed rows on CUDA: segment boundaries for the varlen flash kernel instead of a [B, 1, S, S] mask.
+    auto [cu, longest] = models::packed_cu_seqlens(host.segment_ids);
+    in.attn_mask = at::Tensor();
+    in.cu_seqlens = to_device(cu, device_batch.input_ids.device());
+    in.max_seqlen = longest;
+  }
+  return in;
+}
+
 at::Tensor forward_batch(models::CausalLM& model, const data::Batch& b) { return model.forward_multimodal(batch_inputs(b)); }
 
 double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch_size, int64_t max_batches, bool bf16,
                 DataParallelModel* dp, const TrainParallel* par) {
   at::NoGradGuard no_grad;
-  AutocastScope autocast(bf16);
-  double sum = 0;
-  int64_t count = 0;
+  const at::Device device = model_device(model);
+  AutocastScope autocast(bf16, device.type());
+  // Summed on the device; read once at the end.
+  at::Tensor sum_t = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  at::Tensor count_t = at::zeros({}, at::TensorOptions().dtype(at::kLong).device(device));
   const int64_t shard = dp ? dp->eval_shard() : 0, num_shards = dp ? dp->eval_num_shards() : 1;
-  val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& b) {
+  val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& host) {
+    const data::Batch b = batch_to_device(host, device);
     if (dp) dp->begin_forward();
-    at::Tensor logits = forward_batch(model, b).to(at::kFloat);
+    at::Tensor logits = model.forward_multimodal(device.is_cpu() ? batch_inputs(b) : device_inputs(host, b)).to(at::kFloat);
     auto ce = models::lm_cross_entropy_sum(logits, b.labels);
-    sum += ce.sum.item<double>();
-    count += ce.count.item<int64_t>();
+    sum_t.add_(ce.sum.to(at::kDouble));
+    count_t.add_(ce.count);
   });
+  double sum = sum_t.item<double>();
+  int64_t count = count_t.item<int64_t>();
   if (dp) dp->end_eval();
   if (par && num_shards > 1) {
     auto total = par->dp_sum({sum, static_cast<double>(count)});
@@ -137,11 +164,12 @@ double evaluate(models::CausalLM& model, const data::ValPass& val, int64_t batch
 std::vector<int64_t> greedy_generate(models::CausalLM& model, std::vector<int64_t> ids, int64_t max_new_tokens,
                                      int64_t eos_id, int64_t max_context) {
   at::NoGradGuard no_grad;
+  const at::Device device = model_device(model);
   std::vector<int64_t> out;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - max_context);
     std::vector<int64_t> window(ids.begin() + start, ids.end());
-    at::Tensor input = at::tensor(window, at::kLong).unsqueeze(0);
+    at::Tensor input = at::tensor(window, at::kLong).unsqueeze(0).to(device);
     at::Tensor logits = model.forward(input);
     int64_t next = logits[0][-1].argmax().item<int64_t>();
     if (next == eos_id) break;
@@ -164,7 +192,10 @@ TrainSummary train(const config::Config& cfg) {
   }();
   const auto& tc = cfg.training;
   if (tc.threads > 0) at::set_num_threads(static_cast<int>(tc.threads));
-  if (tc.device != "cpu") throw ConfigError("config: training.device cuda needs a CUDA build of mm");
+  const parallel::DistEnv env = parallel::DistEnv::from_environment();
+  // One device per rank: the launcher's LOCAL_RANK picks it on a multi-GPU node.
+  const at::Device device = resolve_device(tc.device, env.local_rank, "training.device");
+  set_current_device(device);
   const bool bf16 = tc.precision == "bf16";
   const int64_t seq_len = cfg.data.seq_len;
 
@@ -174,8 +205,9 @@ TrainSummary train(const config::Config& cfg) {
   lr_schedule_registry().get(tc.lr_schedule.id, "training.lr_schedule.id");
 
   // The process group, when a launcher started several ranks; the other ranks stay quiet.
-  TrainParallel par(cfg.parallel, parallel::DistEnv::from_environment());
+  TrainParallel par(cfg.parallel, env, device);
   if (!par.is_main()) log::set_level(log::Level::kWarn);
+  log::info("device: ", describe_device(device), env.distributed() ? cat(" (LOCAL_RANK ", env.local_rank, ")") : "");
 
   // Data: each data-parallel rank reads its own shard of every global batch.
   data::DataContext data_ctx;
@@ -185,19 +217,22 @@ TrainSummary train(const config::Config& cfg) {
   data::TrainData lm = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data, data_ctx);
 
   // Model, plans, optimizer.
-  // Under FSDP the model is built without parameter storage: each rank materialises only its shards,
-  // from the same initialisation or checkpoint, so no rank ever holds the whole model.
+  // The model is built without parameter storage, then materialised on the device; under FSDP
+  // each rank materialises only its shards, from the same initialisation or checkpoint, so no
+  // rank ever holds the whole model.
   at::manual_seed(static_cast<uint64_t>(tc.seed));
   const bool deferred = par.shape().dp_shard > 1;
-  auto model = build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed), &cfg.source_file, deferred);
+  auto model =
+      build_model(cfg.model, lm.vocab_size, static_cast<uint64_t>(tc.seed), &cfg.source_file, deferred, device);
   if (!cfg.features.freeze.empty()) {
     int64_t n = apply_freeze_plan(*model, cfg.features.freeze);
     log::info("plan: froze ", n, " parameter tensors");
   }
   // DDP or FSDP before recompute: a unit's FSDP wrapper must be outermost, gathering the
   // parameters that the recomputed forward then uses (TorchTitan's order: AC, then FSDP around it).
-  DataParallelModel dp(*model, par, cfg.parallel);
+  DataParallelModel dp(*model, par, cfg.parallel, device);
   if (deferred) {
+    model->to(device);  // buffers (FSDP gives the parameters their storage on the device)
     dp.initialize([&] { model->init_weights(static_cast<uint64_t>(tc.seed)); });
     if (!cfg.model.pretrained.empty())
       checkpoint::load_model_weights(*model, cfg.model.pretrained, {"lm_head.weight"},
@@ -220,6 +255,8 @@ TrainSummary train(const config::Config& cfg) {
 
   checkpoint::TrainState state;
   state.config_yaml = config::to_yaml(cfg);
+  // On a GPU the next step's micro-batches are read and their copies queued while a step runs.
+  DevicePrefetcher batches(*lm.train, device, device.is_cuda() ? tc.gradient_accumulation_steps : 0);
 
   std::string resume_dir = checkpoint::resolve_resume_dir(tc.resume, tc.save_dir);
   if (!resume_dir.empty()) {
@@ -229,11 +266,19 @@ TrainSummary train(const config::Config& cfg) {
     auto loaded = reader.train_state();
     state.iteration = loaded.iteration;
     state.consumed_samples = loaded.consumed_samples;
-    lm.train->load_state(reader.loader_state(par.dp_rank(), par.dp_size()));
+    batches.load_state(reader.loader_state(par.dp_rank(), par.dp_size()));
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     {
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(reader.rng_state());
+    }
+    if (device.is_cuda()) {
+      at::Tensor s = reader.rng_state("cuda");
+      if (s.defined()) {
+        at::Generator g = at::globalContext().defaultGenerator(device);
+        std::lock_guard<std::mutex> lock(g.mutex());
+        g.set_state(s);
+      }
     }
     log::info("resumed from ", resume_dir, " at iteration ", state.iteration, reader.sharded() ? " (sharded checkpoint)" : "");
   }
@@ -273,38 +318,42 @@ TrainSummary train(const config::Config& cfg) {
   // appears only when all have finished.
   auto save = [&] {
     checkpoint::RankCheckpoint part = dp.checkpoint_part(*optimizer);
-    part.loader_state = lm.train->state();
+    part.loader_state = batches.state();
+    if (device.is_cuda()) state.device_rng = {"cuda", at::globalContext().defaultGenerator(device).get_state()};
     std::string dir = checkpoint::save_checkpoint(tc.save_dir, state, model->hf_config(), part, par.dp_rank(),
                                                   par.dp_size(), [&] { par.barrier(); });
     progress.event(cat("saved checkpoint ", dir), {{"iter", state.iteration}, {"checkpoint", dir}});
   };
 
-  state.sampler = lm.train->state();  // a run that takes no step still saves a resumable state
+  state.sampler = batches.state();  // a run that takes no step still saves a resumable state
   const int64_t start_iteration = state.iteration;
   bool warned_vision = false;
   while (state.iteration < tc.train_iters) {
     auto t0 = std::chrono::steady_clock::now();
     const double comm0 = parallel::Communicator::wait_seconds();
-    std::vector<data::Batch> micro;
-    std::vector<models::MultimodalInputs> micro_inputs;  // built once: FLOPs accounting and forward
-    // Local counts of this rank's micro-batches: labeled tokens and scored samples (the loss's
-    // normalisers), every real input token, FLOPs.
+    std::vector<data::Batch> micro;                      // on the device
+    std::vector<models::MultimodalInputs> micro_inputs;  // built once for the forward
+    // Local counts of this rank's micro-batches, read from the host copies (no device sync):
+    // labeled tokens and scored samples (the loss's normalisers), every real input token, FLOPs.
     double step_tokens = 0, step_samples = 0, input_tokens = 0, step_flops = 0;
     for (int64_t m = 0; m < tc.gradient_accumulation_steps; ++m) {
-      micro.push_back(lm.train->next());
-      step_tokens += static_cast<double>(micro.back().labels.ne(models::kIgnoreIndex).sum().item<int64_t>());
-      if (per_sample) step_samples += static_cast<double>(models::scored_samples(micro.back().labels, micro.back().segment_ids));
-      micro_inputs.push_back(batch_inputs(micro.back()));
-      input_tokens += static_cast<double>(models::real_tokens(micro_inputs.back()));
-      step_flops += model->training_flops(micro_inputs.back());
+      DevicePrefetcher::Item item = batches.next();
+      const data::Batch& host = item.host;
+      step_tokens += static_cast<double>(host.labels.ne(models::kIgnoreIndex).sum().item<int64_t>());
+      if (per_sample) step_samples += static_cast<double>(models::scored_samples(host.labels, host.segment_ids));
+      const models::MultimodalInputs host_inputs = batch_inputs(host);
+      input_tokens += static_cast<double>(models::real_tokens(host_inputs));
+      step_flops += model->training_flops(host_inputs);
+      micro.push_back(std::move(item.device));
+      micro_inputs.push_back(device.is_cpu() ? host_inputs : device_inputs(host, micro.back()));
     }
     // The normaliser is global: every micro-batch's summed loss (over tokens, or over samples'
     // mean token losses) is divided by the count over the whole step on all data-parallel ranks,
     // and DDP sums the gradients, so the update is the same for any DP size and accumulation count.
     const auto global = par.dp_sum({step_tokens, step_samples, input_tokens, step_flops,
-                                    static_cast<double>(lm.train->skipped_samples())});
+                                    static_cast<double>(batches.skipped_samples())});
     const double normaliser = std::max(1.0, per_sample ? global[1] : global[0]);
-    double loss_sum = 0;
+    at::Tensor loss_sum_t;  // summed on the device, read once after the step's backward passes
     for (size_t m = 0; m < micro.size(); ++m) {
       const data::Batch& b = micro[m];
       if (!warned_vision && !model->has_vision() && (b.pixel_values.defined() || b.pixel_values_videos.defined())) {
@@ -314,7 +363,7 @@ TrainSummary train(const config::Config& cfg) {
       }
       at::Tensor logits;
       {
-        AutocastScope autocast(bf16);
+        AutocastScope autocast(bf16, device.type());
         dp.begin_forward();
         logits = model->forward_multimodal(micro_inputs[m]);
       }
@@ -323,8 +372,10 @@ TrainSummary train(const config::Config& cfg) {
                            : models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
       // DDP reduces once per step, after the last micro-batch; FSDP after every one.
       dp.prepare_backward(ce.sum / normaliser, m + 1 == micro.size()).backward();
-      loss_sum += ce.sum.item<double>();
+      at::Tensor s = ce.sum.detach().to(at::kDouble);
+      loss_sum_t = loss_sum_t.defined() ? loss_sum_t + s : s;
     }
+    const double loss_sum = loss_sum_t.defined() ? loss_sum_t.item<double>() : 0.0;
     const double loss = par.dp_sum({loss_sum})[0] / normaliser;
     if (!std::isfinite(loss))
       throw Error(cat("training: loss is ", loss, " at iteration ", state.iteration + 1,
@@ -348,7 +399,7 @@ TrainSummary train(const config::Config& cfg) {
     optimizer->zero_grad();
     state.iteration += 1;
     state.consumed_samples += tc.micro_batch_size * tc.gradient_accumulation_steps * par.dp_size();
-    state.sampler = lm.train->state();
+    state.sampler = batches.state();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     StepMetrics sm;
@@ -376,7 +427,7 @@ TrainSummary train(const config::Config& cfg) {
   }
   summary.iterations = state.iteration;
   summary.mean_tokens_per_s = time_total > 0 ? tokens_total / time_total : 0;
-  summary.skipped_samples = static_cast<int64_t>(par.dp_sum({static_cast<double>(lm.train->skipped_samples())})[0]);
+  summary.skipped_samples = static_cast<int64_t>(par.dp_sum({static_cast<double>(batches.skipped_samples())})[0]);
   if (summary.skipped_samples > 0)
     progress.event(cat("data: skipped ", summary.skipped_samples, " bad sample(s) in all (each named in a warning above)"),
                    {{"iter", state.iteration}, {"skipped_samples", summary.skipped_samples}});

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#ifndef MM_NO_VIDEO
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -18,10 +19,12 @@ extern "C" {
 #include <libavutil/log.h>
 #include <libswscale/swscale.h>
 }
+#endif
 
 #include "mindspeed_mm/core/errors.h"
 
 namespace mm::data {
+#ifndef MM_NO_VIDEO
 namespace {
 
 // FFmpeg prints to stderr by default; a library must not. Errors reach the user as mm::Error.
@@ -183,6 +186,17 @@ VideoInfo probe_video(const std::string& path) {
   OpenedVideo v = open_video(path);
   return read_info(v, path);
 }
+#else
+// A build without FFmpeg (cmake -DMM_WITH_VIDEO=OFF, e.g. bench/gpu/run.sh on a machine without
+// its libraries): every video is a clear error, and a dataset skips it as a bad sample.
+namespace {
+[[noreturn]] void no_video(const std::string& path) {
+  throw Error(cat("video: ", path, ": this build of mm has no video decoding (configured with -DMM_WITH_VIDEO=OFF)"));
+}
+}  // namespace
+VideoInfo probe_video(const std::string& path) { no_video(path); }
+DecodedVideo decode_video(const std::string& path, const VideoSampling&, int64_t) { no_video(path); }
+#endif
 
 // qwen_vl_utils.vision_process.smart_nframes, fps branch, as in QwenLM/Qwen3-VL
 // qwen-vl-utils/src/qwen_vl_utils/vision_process.py (the rule shared by Qwen2-VL, Qwen2.5-VL and
@@ -222,6 +236,7 @@ std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps
   return std::vector<int64_t>(p, p + n);
 }
 
+#ifndef MM_NO_VIDEO
 DecodedVideo decode_video(const std::string& path, const VideoSampling& s, int64_t max_pixels_per_frame) {
   DecodedVideo out;
   {
@@ -295,5 +310,7 @@ DecodedVideo decode_video(const std::string& path, const VideoSampling& s, int64
            stop_reason.empty() ? std::string() : "; last error: " + stop_reason, ")");
   return out;
 }
+
+#endif  // MM_NO_VIDEO
 
 }  // namespace mm::data

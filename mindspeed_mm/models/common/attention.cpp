@@ -1,6 +1,8 @@
 #include "mindspeed_mm/models/common/attention.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "mindspeed_mm/core/errors.h"
@@ -106,6 +108,67 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
   c10::optional<at::Tensor> opt_mask;
   if (mask.defined()) opt_mask = mask;
   return at::scaled_dot_product_attention(q, kk, vv, opt_mask, 0.0, native_causal, scale);
+}
+
+namespace {
+
+bool flash_varlen_eligible(const at::Tensor& q, const at::Tensor& k) {
+  const auto dt = q.scalar_type();
+  const int64_t D = q.size(3);
+  return q.is_cuda() && (dt == at::kBFloat16 || dt == at::kHalf) && k.scalar_type() == dt && D % 8 == 0 && D <= 256 &&
+         at::globalContext().userEnabledFlashSDP();
+}
+
+}  // namespace
+
+at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens,
+                            int64_t max_seqlen, bool causal, c10::optional<double> scale) {
+  check_shapes(q, k, v);
+  const int64_t B = q.size(0), Hq = q.size(1), S = q.size(2), D = q.size(3), Hkv = k.size(1);
+  MM_CHECK(k.size(2) == S && cu_seqlens.defined() && cu_seqlens.dim() == 1, "varlen_attention: q ", q.sizes(), ", k ",
+           k.sizes(), " and cu_seqlens must describe the same packed tokens");
+  static std::atomic<bool> flash_failed{false};
+  if (flash_varlen_eligible(q, k) && !flash_failed.load()) {
+    try {
+      // [B, H, S, D] -> [B*S, H, D]: the kernel's layout; GQA is native (no repeat of k, v).
+      at::Tensor qf = q.transpose(1, 2).reshape({B * S, Hq, D});
+      at::Tensor kf = k.transpose(1, 2).reshape({B * S, Hkv, D});
+      at::Tensor vf = v.transpose(1, 2).reshape({B * S, Hkv, v.size(3)});
+      at::Tensor cu = cu_seqlens.to(q.device(), at::kInt);
+      auto out = at::_flash_attention_forward(qf, kf, vf, cu, cu, max_seqlen, max_seqlen, 0.0, causal,
+                                              /*return_debug_mask=*/false, scale);
+      return std::get<0>(out).view({B, S, Hq, v.size(3)}).transpose(1, 2);
+    } catch (const c10::Error& e) {
+      // A GPU or build without the flash kernel: the masked path from now on, said once.
+      flash_failed = true;
+      std::string msg = e.what();
+      std::fprintf(stderr, "warning: attention: flash varlen kernel unavailable (%s); packed rows use a segment mask\n",
+                   msg.substr(0, msg.find('\n')).c_str());
+    }
+  }
+  // Segment of every token: how many boundaries cu[1..] lie at or before it.
+  at::Tensor cu = cu_seqlens.to(q.device(), at::kLong);
+  at::Tensor tok = at::arange(B * S, at::TensorOptions().dtype(at::kLong).device(q.device()));
+  at::Tensor seg = at::searchsorted(cu.narrow(0, 1, cu.size(0) - 1).contiguous(), tok, /*out_int32=*/false, /*right=*/true);
+  return scaled_dot_product_attention(q, k, v, segment_attention_mask(seg.view({B, S})), causal, scale);
+}
+
+std::pair<at::Tensor, int64_t> packed_cu_seqlens(const at::Tensor& segment_ids) {
+  MM_CHECK(segment_ids.dim() == 2, "attention: segment_ids must be [batch, seq] (got ", segment_ids.sizes(), ")");
+  at::Tensor s = segment_ids.to(at::kCPU, at::kLong).contiguous();
+  const int64_t B = s.size(0), S = s.size(1);
+  const int64_t* p = s.data_ptr<int64_t>();
+  std::vector<int32_t> cu = {0};
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t a = 0; a < S;) {
+      int64_t e = a;
+      while (e < S && p[b * S + e] == p[b * S + a]) ++e;
+      cu.push_back(static_cast<int32_t>(b * S + e));
+      longest = std::max(longest, e - a);
+      a = e;
+    }
+  return {at::tensor(cu, at::kInt), longest};
 }
 
 at::Tensor segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -38,6 +38,19 @@ at::Tensor segment_attention_mask(const at::Tensor& segment_ids);
 at::Tensor segment_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              const std::vector<int64_t>& cu_seqlens);
 
+// Packed rows as variable-length attention: q [B, Hq, S, D], k, v [B, Hkv, S, D]; cu_seqlens
+// int32 [n + 1] on q's device splits the flattened B*S tokens into segments (none across rows);
+// max_seqlen is the longest. Each token attends within its segment (causally when causal).
+// On CUDA in bf16/fp16 this is flash-attention's varlen kernel (no padding, no mask); elsewhere
+// the same result through a block-diagonal segment mask. Output [B, Hq, S, D].
+at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens,
+                            int64_t max_seqlen, bool causal, c10::optional<double> scale = c10::nullopt);
+
+// segment_ids [B, S] (the sample of each token, -1 = padding) -> (cu_seqlens int32 [n + 1] over
+// the flattened tokens, max segment length) with every run of equal ids in a row one segment
+// (padding runs too, so every token is covered). Read on the host.
+std::pair<at::Tensor, int64_t> packed_cu_seqlens(const at::Tensor& segment_ids);
+
 // [B, Hkv, T, D] -> [B, Hkv * n_rep, T, D], each kv head repeated n_rep times in place.
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
 

@@ -21,7 +21,7 @@ std::pair<at::Tensor, at::Tensor> flat_logits_labels(const at::Tensor& logits, c
 // Flat sample index of every token: row * (segments per row) + segment, or the row.
 at::Tensor sample_index(const at::Tensor& labels, const at::Tensor& segment_ids, int64_t* num_samples) {
   const int64_t B = labels.size(0), S = labels.numel() / std::max<int64_t>(1, B);
-  at::Tensor row = at::arange(B, at::kLong).unsqueeze(1).expand({B, S});
+  at::Tensor row = at::arange(B, at::TensorOptions().dtype(at::kLong).device(labels.device())).unsqueeze(1).expand({B, S});
   if (!segment_ids.defined()) {
     *num_samples = B;
     return row.reshape({-1});
@@ -57,7 +57,8 @@ CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const 
 int64_t scored_samples(const at::Tensor& labels, const at::Tensor& segment_ids) {
   int64_t n = 0;
   at::Tensor sid = sample_index(labels, segment_ids, &n);
-  at::Tensor tokens = at::zeros({n}, at::kLong).index_add(0, sid, (labels.reshape({-1}) != kIgnoreIndex).to(at::kLong));
+  at::Tensor tokens = at::zeros({n}, at::TensorOptions().dtype(at::kLong).device(labels.device()))
+                          .index_add(0, sid, (labels.reshape({-1}) != kIgnoreIndex).to(at::kLong));
   return (tokens > 0).sum().item<int64_t>();
 }
 

@@ -257,7 +257,9 @@ at::Tensor Qwen2Attention::forward(const at::Tensor& x, const mm::nn::ForwardCon
   at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
   std::tie(q, k) = apply_rope(q, k, ctx.cos, ctx.sin);
   if (ctx.kv_cache) std::tie(k, v) = ctx.kv_cache->append(ctx.layer_index, k, v);
-  at::Tensor o = scaled_dot_product_attention(q, k, v, ctx.attn_mask, ctx.causal);
+  at::Tensor o = ctx.cu_seqlens.defined() && !ctx.kv_cache
+                     ? varlen_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.causal)
+                     : scaled_dot_product_attention(q, k, v, ctx.attn_mask, ctx.causal);
   return o_proj->forward(o.transpose(1, 2).reshape({B, S, num_heads * head_dim}));
 }
 
@@ -338,6 +340,8 @@ at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const Multimoda
                              .expand({B, S});
   mm::nn::ForwardContext ctx = model->make_context(pos, h.scalar_type());
   ctx.attn_mask = in.attn_mask;
+  ctx.cu_seqlens = in.cu_seqlens;
+  ctx.max_seqlen = in.max_seqlen;
   ctx.kv_cache = in.kv_cache;
   return logits(model->forward(h, ctx));
 }

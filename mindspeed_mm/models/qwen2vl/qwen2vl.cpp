@@ -121,7 +121,7 @@ at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInpu
   // Packed rows: each sample from its own position 0, taking the next grids in order.
   const int64_t B = in.input_ids.size(0), S = in.input_ids.size(1);
   at::Tensor out = at::zeros({3, B, S}, at::kLong);
-  at::Tensor ids = in.input_ids.contiguous(), seg = in.segment_ids.contiguous();
+  at::Tensor ids = in.input_ids.to(at::kCPU, at::kLong).contiguous(), seg = in.segment_ids.to(at::kCPU, at::kLong).contiguous();
   int64_t next_image = 0, next_video = 0;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t* s = seg[b].data_ptr<int64_t>();
@@ -142,7 +142,7 @@ at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInpu
         for (int64_t v = 0; v < videos; ++v)
           if (next_video + v < static_cast<int64_t>(in.video_second_per_grid.size()))
             spg.push_back(in.video_second_per_grid[next_video + v]);
-        RopeIndex r = get_rope_index(in.input_ids.narrow(0, b, 1).narrow(1, a, e - a), ig, vg, {}, rc, spg);
+        RopeIndex r = get_rope_index(ids.narrow(0, b, 1).narrow(1, a, e - a), ig, vg, {}, rc, spg);
         out.narrow(1, b, 1).narrow(2, a, e - a).copy_(r.position_ids);
         next_image += images;
         next_video += videos;
@@ -178,7 +178,9 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   } else {
     MM_CHECK(in.kv_cache->rope_deltas.defined(), "qwen2_vl: a kv cache that this model did not prefill");
     const int64_t B = in.input_ids.size(0), S = in.input_ids.size(1);
-    at::Tensor text = at::arange(past, past + S, at::kLong).unsqueeze(0) + in.kv_cache->rope_deltas.view({-1, 1});
+    const at::Tensor& deltas = in.kv_cache->rope_deltas;
+    at::Tensor text = at::arange(past, past + S, at::TensorOptions().dtype(at::kLong).device(deltas.device())).unsqueeze(0) +
+                      deltas.view({-1, 1});
     pos = text.unsqueeze(0).expand({3, B, S}).to(in.input_ids.device());
   }
   const auto table_dtype = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -189,6 +191,8 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   ctx.sin = sin.to(h.scalar_type());
   ctx.causal = true;
   ctx.attn_mask = in.attn_mask;
+  ctx.cu_seqlens = in.cu_seqlens;
+  ctx.max_seqlen = in.max_seqlen;
   ctx.kv_cache = in.kv_cache;
   return logits(model->forward(h, ctx));
 }

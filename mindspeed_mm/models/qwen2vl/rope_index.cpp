@@ -12,8 +12,11 @@ RopeIndex get_rope_index(const at::Tensor& input_ids, const at::Tensor& image_gr
                          const std::vector<double>& second_per_grid) {
   MM_CHECK(input_ids.dim() == 2, "get_rope_index: input_ids must be [batch, seq] (got ", input_ids.sizes(), ")");
   const int64_t B = input_ids.size(0), S = input_ids.size(1);
-  at::Tensor ids = input_ids.to(at::kLong).contiguous();
-  at::Tensor mask = attention_mask.defined() ? attention_mask.to(at::kLong).contiguous() : at::ones({B, S}, at::kLong);
+  // A walk over the tokens on the host (ids and masks of a CUDA batch come over once); the
+  // caller moves the positions to the device.
+  at::Tensor ids = input_ids.to(at::kCPU, at::kLong).contiguous();
+  at::Tensor mask =
+      attention_mask.defined() ? attention_mask.to(at::kCPU, at::kLong).contiguous() : at::ones({B, S}, at::kLong);
   RopeIndex out;
   out.deltas = at::zeros({B}, at::kLong);
   if (!image_grid_thw.defined() && !video_grid_thw.defined()) {
@@ -24,8 +27,10 @@ RopeIndex get_rope_index(const at::Tensor& input_ids, const at::Tensor& image_gr
     out.deltas = std::get<0>(pos.max(-1)) + 1 - S;
     return out;
   }
-  at::Tensor img = image_grid_thw.defined() ? image_grid_thw.to(at::kLong).contiguous() : at::zeros({0, 3}, at::kLong);
-  at::Tensor vid = video_grid_thw.defined() ? video_grid_thw.to(at::kLong).contiguous() : at::zeros({0, 3}, at::kLong);
+  at::Tensor img =
+      image_grid_thw.defined() ? image_grid_thw.to(at::kCPU, at::kLong).contiguous() : at::zeros({0, 3}, at::kLong);
+  at::Tensor vid =
+      video_grid_thw.defined() ? video_grid_thw.to(at::kCPU, at::kLong).contiguous() : at::zeros({0, 3}, at::kLong);
   const int64_t* ig = img.data_ptr<int64_t>();
   const int64_t* vg = vid.data_ptr<int64_t>();
   const int64_t m = c.spatial_merge_size;

@@ -162,8 +162,16 @@ at::Tensor Qwen2VLVisionAttention::forward(const at::Tensor& x, const mm::nn::Fo
   k = k.to(dtype);
   at::Tensor o;
   if (ctx.cu_seqlens.defined()) {
-    at::Tensor cu = ctx.cu_seqlens.to(at::kLong).contiguous();
-    o = segment_attention(q, k, v, std::vector<int64_t>(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel()));
+    at::Tensor cu = ctx.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
+    std::vector<int64_t> bounds(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
+    if (q.is_cuda()) {
+      // Per-image (per-window) attention in one varlen flash call, like HF's flash_attention_2.
+      int64_t longest = 0;
+      for (size_t i = 0; i + 1 < bounds.size(); ++i) longest = std::max(longest, bounds[i + 1] - bounds[i]);
+      o = varlen_attention(q, k, v, cu, longest, /*causal=*/false);
+    } else {
+      o = segment_attention(q, k, v, bounds);
+    }
   } else {
     o = scaled_dot_product_attention(q, k, v, ctx.attn_mask, /*causal=*/false);
   }
@@ -287,7 +295,7 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
            config.patch_dim(), "] (got ", pixel_values.sizes(), ")");
   MM_CHECK(grid_thw.dim() == 2 && grid_thw.size(1) == 3, "qwen2vl vision: grid_thw must be [images, 3] (got ",
            grid_thw.sizes(), ")");
-  at::Tensor g = grid_thw.to(at::kLong).contiguous();
+  at::Tensor g = grid_thw.to(at::kCPU, at::kLong).contiguous();  // sizes, read on the host
   const int64_t m = config.spatial_merge_size;
   // One attention segment per temporal patch of each image or video (cu_seqlens).
   std::vector<int64_t> frames = {0};

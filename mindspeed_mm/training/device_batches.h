@@ -1,0 +1,57 @@
+// Batches on the training device. A batch's tensors that the model computes with (ids, labels,
+// masks, positions, segments, pixels) are copied to the device through pinned memory with
+// non-blocking copies; the image and video grids stay on the host, where the model reads them
+// to plan the vision tower (as sizes, never as compute).
+//
+// DevicePrefetcher keeps one step ahead: when the trainer takes a step's micro-batches, the next
+// step's are read from the loader and their copies queued at once, so the transfer overlaps the
+// step's compute instead of starting after it. The loader state it reports is the one after
+// the last batch handed out, so a checkpoint resumes exactly where training stood.
+#pragma once
+
+#include <deque>
+
+#include <nlohmann/json.hpp>
+
+#include "mindspeed_mm/data/dataset_registry.h"
+
+namespace mm::training {
+
+// b with its compute tensors on `device` (b itself when device is the CPU).
+data::Batch batch_to_device(const data::Batch& b, const at::Device& device);
+
+class DevicePrefetcher {
+ public:
+  struct Item {
+    data::Batch host;    // as the loader made it: counts and FLOPs are read from here, not the device
+    data::Batch device;  // what the forward takes
+  };
+  // ahead = 0: batches are read and copied when asked for; k > 0: the next k batches are always
+  // in flight.
+  DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead);
+
+  Item next();
+  // The loader's state after the last batch next() returned (prefetched ones do not count).
+  nlohmann::json state() const;
+  // Drops what was prefetched and continues from `state`.
+  void load_state(const nlohmann::json& state);
+  // Bad samples skipped in the batches handed out.
+  int64_t skipped_samples() const { return skipped_; }
+
+ private:
+  struct Pending {
+    Item item;
+    nlohmann::json state_after;
+    int64_t skipped_after;
+  };
+  void fill(int64_t n);  // until n batches are pending
+
+  data::BatchStream& stream_;
+  at::Device device_;
+  int64_t ahead_;
+  std::deque<Pending> pending_;
+  nlohmann::json state_;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace mm::training
