@@ -13,7 +13,9 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <cstring>
 #include <random>
+#include <sstream>
 #include <unistd.h>
 
 #include "mindspeed_mm/core/errors.h"
@@ -350,4 +352,95 @@ TEST(Video, BrokenFilesAreCleanErrors) {
   }
   // The pixel-count guard.
   expect_error([&] { decode_video(vtest(), {}, 1000); }, vtest(), "exceed the limit of 1000 pixels");
+}
+
+namespace {
+
+// mm's frames through transformers' Qwen2VLVideoProcessor (tests/conformance/hf_video_processor.py).
+struct HfVideo {
+  VisionPatches patches;  // the reference's values and grid
+};
+HfVideo hf_process_video(const std::vector<Image>& frames, int64_t min_pixels, int64_t max_pixels, const std::string& name) {
+  const std::string prefix = mm::test::fresh_dir("hf_video_" + name) + "/v";
+  std::string raw;
+  for (const Image& f : frames) raw.append(reinterpret_cast<const char*>(f.rgb.data()), f.rgb.size());
+  mm::test::write_file(prefix + ".u8", raw);
+  const auto& f0 = frames.front();
+  auto r = run_command(std::string(MM_PYTHON) + " " + mm::test::source_dir() + "/tests/conformance/hf_video_processor.py " +
+                       prefix + " " + std::to_string(frames.size()) + " " + std::to_string(f0.height) + " " +
+                       std::to_string(f0.width) + " " + std::to_string(min_pixels) + " " + std::to_string(max_pixels));
+  HfVideo out;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return out;
+  std::istringstream(mm::test::read_file(prefix + ".txt")) >> out.patches.grid_t >> out.patches.grid_h >> out.patches.grid_w;
+  const std::string bytes = mm::test::read_file(prefix + ".f32");
+  out.patches.values.resize(bytes.size() / 4);
+  std::memcpy(out.patches.values.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+Image crop(const Image& img, int h, int w) {
+  Image out(w, h);
+  for (int y = 0; y < h; ++y)
+    std::memcpy(&out.rgb[size_t(y) * w * 3], &img.rgb[size_t(y) * img.width * 3], size_t(w) * 3);
+  return out;
+}
+
+}  // namespace
+
+// Our video processing (process_video) against transformers' Qwen2VLVideoProcessor on real
+// decoded frames: the same grids always; without a resize (frames already at a multiple of 28)
+// the same values to float rounding; with a resize the values differ only by the resampler
+// (transformers' video processor resizes tensors with torchvision's antialiased bicubic; mm
+// resizes with Pillow's bicubic, which its image processor and qwen-vl-utils use): at most 0.06
+// in normalized units (4 of 255 levels), 5e-4 on average.
+TEST(Video, ProcessVideoMatchesTransformersVideoProcessor) {
+  fetch_media();
+  if (HasFatalFailure()) return;
+  make_clips();
+  if (HasFatalFailure()) return;
+  VideoSampling odd;
+  odd.fps = 1.5, odd.min_frames = 1, odd.frame_factor = 1;
+  const std::vector<Image> clip = decode_video(clips() + "/clip10.mp4", {}).frames;
+  std::vector<Image> cropped;
+  for (const Image& f : clip) cropped.push_back(crop(f, 448, 560));
+  struct Case {
+    std::string name;
+    std::vector<Image> frames;
+    int64_t min_pixels, max_pixels;
+    bool resized;
+  };
+  const Case cases[] = {
+      {"cropped_560x448", cropped, 56 * 56, 28 * 28 * 1280, false},
+      {"clip10_768x576", clip, 56 * 56, 28 * 28 * 1280, true},
+      {"clip10_small", clip, 56 * 56, 28 * 28 * 64, true},
+      {"odd25_3_frames", decode_video(clips() + "/odd25.mkv", odd).frames, 56 * 56, 28 * 28 * 1280, true},
+  };
+  for (const Case& c : cases) {
+    Qwen2VLImageConfig cfg;
+    cfg.min_pixels = c.min_pixels;
+    cfg.max_pixels = c.max_pixels;
+    VisionPatches ours = process_video(c.frames, cfg);
+    HfVideo ref = hf_process_video(c.frames, c.min_pixels, c.max_pixels, c.name);
+    EXPECT_EQ(ours.grid_t, ref.patches.grid_t) << c.name;
+    EXPECT_EQ(ours.grid_h, ref.patches.grid_h) << c.name;
+    EXPECT_EQ(ours.grid_w, ref.patches.grid_w) << c.name;
+    ASSERT_EQ(ours.values.size(), ref.patches.values.size()) << c.name;
+    double max_err = 0, sum_err = 0;
+    for (size_t i = 0; i < ours.values.size(); ++i) {
+      const double e = std::abs(double(ours.values[i]) - ref.patches.values[i]);
+      max_err = std::max(max_err, e);
+      sum_err += e;
+    }
+    const double mean_err = sum_err / std::max<size_t>(1, ours.values.size());
+    std::cout << "[qwen2vl video] " << c.name << ": grid " << ours.grid_t << "x" << ours.grid_h << "x" << ours.grid_w
+              << ", max abs diff " << max_err << ", mean " << mean_err << " (normalized units)\n";
+    if (!c.resized) {
+      EXPECT_LT(max_err, 1e-5) << c.name;
+    } else {
+      // Measured: max 0.029 (about 2 of 255 levels), mean 3e-5 to 7e-5.
+      EXPECT_LT(max_err, 0.06) << c.name;
+      EXPECT_LT(mean_err, 5e-4) << c.name;
+    }
+  }
 }
