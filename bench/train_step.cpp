@@ -8,7 +8,12 @@
 // loss_first values should agree to float rounding (about ln(vocab) = 5.56 for vocab 260).
 // Batches are generated before timing, so data cost is excluded.
 //
-// Output: one line `RESULT impl=mm tokens_per_s=... step_ms=... loss_first=... loss_last=...`.
+// --device cuda runs the step on a GPU (each step ends in a loss read, so the timing covers the
+// device's work; bf16 is CUDA autocast, AdamW ATen's fused kernel as `mm train` picks there).
+// --docs N splits every row into N packed documents (positions restart; attention stays inside a
+// document: the varlen flash kernel on CUDA, a segment mask on the CPU).
+//
+// Output: one line `RESULT impl=mm tokens_per_s=... step_ms=... loss_first=... loss_last=... tflops=...`.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -25,6 +30,9 @@
 #include <vector>
 
 #include "mindspeed_mm/core/allocator.h"
+#include "mindspeed_mm/core/device.h"
+#include "mindspeed_mm/core/param_init.h"
+#include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/model_registry.h"
@@ -34,8 +42,8 @@ namespace {
 
 struct Args {
   int64_t hidden = 192, layers = 4, heads = 6, kv_heads = 2, intermediate = 512, vocab = 260;
-  int64_t seq = 128, batch = 16, steps = 20, warmup = 3, threads = 1, seed = 42;
-  std::string precision = "fp32";
+  int64_t seq = 128, batch = 16, steps = 20, warmup = 3, threads = 1, seed = 42, docs = 1;
+  std::string precision = "fp32", device = "cpu";
   bool phases = false;  // --phases 1: also print mean ms per phase over the timed steps
   std::string trace;    // --trace PATH: Chrome trace of the timed steps (autograd profiler)
 };
@@ -45,7 +53,8 @@ Args parse_args(int argc, char** argv) {
   std::map<std::string, int64_t*> ints = {
       {"--hidden", &a.hidden}, {"--layers", &a.layers},   {"--heads", &a.heads}, {"--kv-heads", &a.kv_heads},
       {"--intermediate", &a.intermediate}, {"--vocab", &a.vocab}, {"--seq", &a.seq}, {"--batch", &a.batch},
-      {"--steps", &a.steps}, {"--warmup", &a.warmup}, {"--threads", &a.threads}, {"--seed", &a.seed}};
+      {"--steps", &a.steps}, {"--warmup", &a.warmup}, {"--threads", &a.threads}, {"--seed", &a.seed},
+      {"--docs", &a.docs}};
   int64_t phases = 0;
   ints["--phases"] = &phases;
   for (int i = 1; i < argc; ++i) {
@@ -57,6 +66,8 @@ Args parse_args(int argc, char** argv) {
     std::string v = argv[++i];
     if (k == "--trace") {
       a.trace = v;
+    } else if (k == "--device") {
+      a.device = v;
     } else if (k == "--precision") {
       if (v != "fp32" && v != "bf16") {
         std::fprintf(stderr, "train_step: --precision must be fp32 or bf16 (got %s)\n", v.c_str());
@@ -74,18 +85,19 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// bf16 as the trainer runs it: fp32 weights, CPU autocast around the forward pass.
+// bf16 as the trainer runs it: fp32 weights, autocast for the device around the forward pass.
 struct AutocastScope {
-  explicit AutocastScope(bool on) : on_(on) {
-    if (on_) mm::compat::set_autocast(at::kCPU, true, at::kBFloat16);
+  AutocastScope(bool on, at::DeviceType type) : on_(on), type_(type) {
+    if (on_) mm::compat::set_autocast(type_, true, at::kBFloat16);
   }
   ~AutocastScope() {
     if (on_) {
-      mm::compat::set_autocast(at::kCPU, false, at::kBFloat16);
+      mm::compat::set_autocast(type_, false, at::kBFloat16);
       at::autocast::clear_cache();
     }
   }
   bool on_;
+  at::DeviceType type_;
 };
 
 }  // namespace
@@ -95,6 +107,14 @@ int main(int argc, char** argv) {
   const Args a = parse_args(argc, argv);
   at::set_num_threads(static_cast<int>(a.threads));
   const bool bf16 = a.precision == "bf16";
+  at::Device device = at::kCPU;
+  try {
+    device = mm::resolve_device(a.device, 0, "--device");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step: %s\n", e.what());
+    return 2;
+  }
+  mm::set_current_device(device);
 
   nlohmann::json hf = {{"vocab_size", a.vocab},
                        {"hidden_size", a.hidden},
@@ -107,11 +127,16 @@ int main(int argc, char** argv) {
                        {"rms_norm_eps", 1e-6},
                        {"tie_word_embeddings", true},
                        {"initializer_range", 0.02}};
-  auto model = mm::models::model_registry().get("qwen2")(hf, "bench config", /*strict=*/false);
+  std::shared_ptr<mm::models::CausalLM> model;
+  {
+    mm::nn::DeferredInitGuard deferred;  // storage only on the device (a 1B model never sits on the host)
+    model = mm::models::model_registry().get("qwen2")(hf, "bench config", /*strict=*/false);
+  }
+  mm::nn::materialize(*model, device);
   model->init_weights(static_cast<uint64_t>(a.seed));
 
   mm::training::AdamW optimizer(mm::training::default_param_groups(model->named_parameters()), 0.9, 0.95, 1e-8,
-                                0.1);
+                                0.1, mm::training::use_fused_optimizer("auto", device));
   const double lr = 1e-3, clip = 1.0;
   std::vector<at::Tensor> params = model->parameters();
 
@@ -120,7 +145,21 @@ int main(int argc, char** argv) {
   std::vector<std::pair<at::Tensor, at::Tensor>> batches;
   for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
     at::Tensor t = at::randint(a.vocab, {a.batch, a.seq + 1}, gen, at::TensorOptions().dtype(at::kLong));
-    batches.emplace_back(t.narrow(1, 0, a.seq).contiguous(), t.narrow(1, 1, a.seq).contiguous());
+    batches.emplace_back(t.narrow(1, 0, a.seq).contiguous().to(device), t.narrow(1, 1, a.seq).contiguous().to(device));
+  }
+  // Packed documents: equal lengths (the last takes the remainder), positions from 0 in each.
+  mm::models::MultimodalInputs packing;
+  if (a.docs > 1) {
+    const int64_t len = a.seq / a.docs;
+    at::Tensor seg = (at::arange(a.seq, at::kLong) / len).clamp_max(a.docs - 1).unsqueeze(0).expand({a.batch, a.seq}).contiguous();
+    at::Tensor pos = at::arange(a.seq, at::kLong) - seg[0] * len;
+    packing.position_ids = pos.unsqueeze(0).expand({a.batch, a.seq}).contiguous().to(device);
+    if (device.is_cuda()) {
+      std::tie(packing.cu_seqlens, packing.max_seqlen) = mm::models::packed_cu_seqlens(seg);
+      packing.cu_seqlens = packing.cu_seqlens.to(device);
+    } else {
+      packing.attn_mask = mm::models::segment_attention_mask(seg);
+    }
   }
 
   // Seconds per phase, summed over timed steps (CPU ops are synchronous, so wall clock is exact).
@@ -140,8 +179,10 @@ int main(int argc, char** argv) {
     clock = std::chrono::steady_clock::now();
     at::Tensor logits;
     {
-      AutocastScope autocast(bf16);
-      logits = model->forward(b.first);
+      AutocastScope autocast(bf16, device.type());
+      mm::models::MultimodalInputs in = packing;
+      in.input_ids = b.first;
+      logits = model->forward_multimodal(in);
     }
     lap(0);
     auto ce = mm::models::lm_cross_entropy_sum(logits.to(at::kFloat), b.second);
@@ -176,9 +217,12 @@ int main(int argc, char** argv) {
   profile.reset();  // writes the trace
 
   const double tokens = static_cast<double>(a.steps * a.batch * a.seq);
-  std::printf("RESULT impl=mm precision=%s threads=%lld tokens_per_s=%.1f step_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
-              a.precision.c_str(), static_cast<long long>(a.threads), tokens / secs, 1e3 * secs / a.steps,
-              loss_first, loss_last);
+  // Training FLOPs (forward + backward) per token at the documents' length.
+  const double tflops = model->flops_per_token(a.seq / std::max<int64_t>(1, a.docs)) * tokens / secs / 1e12;
+  std::printf("RESULT impl=mm precision=%s threads=%lld tokens_per_s=%.1f step_ms=%.2f loss_first=%.4f loss_last=%.4f "
+              "tflops=%.3f device=%s params=%lld\n",
+              a.precision.c_str(), static_cast<long long>(a.threads), tokens / secs, 1e3 * secs / a.steps, loss_first,
+              loss_last, tflops, device.str().c_str(), static_cast<long long>(model->num_parameters()));
   if (a.phases) {
     std::printf("PHASES impl=mm");
     for (int i = 0; i < 6; ++i) std::printf(" %s_ms=%.2f", kPhases[i], 1e3 * phase_s[i] / a.steps);

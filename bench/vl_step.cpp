@@ -10,7 +10,12 @@
 // CausalLM::training_flops (decoder plus tower); MFU against this machine's dense matmul
 // ceiling measured in the same run (mm bench peak's method), so the ratio is self-contained.
 //
-//   usage: vl_step CONFIG DATA_DIR [steps] [warmup] [intra-op threads]
+// On a GPU (training.device auto | cuda, or the DEVICE argument) the step runs there, timed to
+// its completion, with bf16 autocast when training.precision is bf16. MM_BENCH_DUMP=DIR writes
+// the model's config.json and every timed batch (batch_K.safetensors) so that
+// bench/gpu/vl_step_hf.py can time Hugging Face transformers on exactly the same batches.
+//
+//   usage: vl_step CONFIG DATA_DIR [steps] [warmup] [intra-op threads] [device] [config overrides...]
 //   prints one `RESULT ...` line plus a table
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,12 +25,17 @@
 #include <cstdlib>
 #include <string>
 
+#include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/allocator.h"
+#include "mindspeed_mm/core/device.h"
+#include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 #include "mindspeed_mm/tools/peak_flops.h"
+#include "mindspeed_mm/training/device_batches.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/trainer.h"
 
@@ -44,14 +54,24 @@ int main(int argc, char** argv) {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 40, warmup = argc > 4 ? std::atoi(argv[4]) : 5;
   if (argc > 5 && std::atoi(argv[5]) > 0) at::set_num_threads(std::atoi(argv[5]));
   try {
-    mm::config::Config cfg = mm::config::load_config(
-        argv[1], {"data.paths=[" + data_dir + "/train.jsonl]", "data.val_paths=[]", "data.val_fraction=0"});
+    std::vector<std::string> overrides = {"data.paths=[" + data_dir + "/train.jsonl]", "data.val_paths=[]",
+                                          "data.val_fraction=0"};
+    for (int i = 7; i < argc; ++i) overrides.push_back(argv[i]);
+    mm::config::Config cfg = mm::config::load_config(argv[1], overrides);
     const auto& tc = cfg.training;
+    const at::Device device = mm::resolve_device(argc > 6 ? argv[6] : tc.device, 0, "device");
+    mm::set_current_device(device);
+    const bool bf16 = tc.precision == "bf16";
+    const char* dump = std::getenv("MM_BENCH_DUMP");
     mm::data::DataContext dctx;
     dctx.micro_batch_size = tc.micro_batch_size;
     mm::data::TrainData data = mm::data::dataset_registry().get(cfg.data.dataset)(cfg.data, dctx);
     at::manual_seed(static_cast<uint64_t>(tc.seed));
-    auto model = mm::training::build_model(cfg.model, data.vocab_size, static_cast<uint64_t>(tc.seed));
+    auto model = mm::training::build_model(cfg.model, data.vocab_size, static_cast<uint64_t>(tc.seed), nullptr, false, device);
+    if (dump) {
+      std::filesystem::create_directories(dump);
+      mm::st::write_file_atomic(std::string(dump) + "/config.json", model->hf_config().dump(2) + "\n");
+    }
     auto* vl = dynamic_cast<mm::models::Qwen2VLForConditionalGeneration*>(model.get());
     if (!vl) throw mm::Error("vl_step: the config's model is not qwen2_vl / qwen2_5_vl");
     auto opt = mm::training::optimizer_registry().get(tc.optimizer.id)(
@@ -63,37 +83,67 @@ int main(int argc, char** argv) {
     for (int s = 0; s < warmup + steps; ++s) {
       const bool timed = s >= warmup;
       auto t0 = Clock::now();
-      mm::data::Batch b = data.train->next();
+      mm::data::Batch host = data.train->next();
       const double wait = since(t0);
+      if (dump && timed) {
+        std::vector<std::pair<std::string, at::Tensor>> t = {{"input_ids", host.input_ids}, {"labels", host.labels},
+                                                             {"attention_mask", host.attention_mask},
+                                                             {"pixel_values", host.pixel_values},
+                                                             {"image_grid_thw", host.image_grid_thw}};
+        mm::st::save_safetensors(std::string(dump) + "/batch_" + std::to_string(s - warmup) + ".safetensors", t);
+      }
       auto t1 = Clock::now();
-      at::Tensor logits = mm::training::forward_batch(*model, b);
-      auto ce = mm::models::lm_cross_entropy_sum(logits, b.labels);
-      (ce.sum / std::max<int64_t>(1, ce.count.item<int64_t>())).backward();
+      const mm::data::Batch b = mm::training::batch_to_device(host, device);
+      const int64_t count = host.labels.ne(mm::models::kIgnoreIndex).sum().item<int64_t>();
+      {
+        at::Tensor logits;
+        {
+          if (bf16) mm::compat::set_autocast(device.type(), true, at::kBFloat16);
+          logits = device.is_cpu() ? mm::training::forward_batch(*model, b)
+                                   : model->forward_multimodal(mm::training::device_inputs(host, b));
+          if (bf16) {
+            mm::compat::set_autocast(device.type(), false, at::kBFloat16);
+            at::autocast::clear_cache();
+          }
+        }
+        auto ce = mm::models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
+        (ce.sum / std::max<int64_t>(1, count)).backward();
+      }
       mm::training::clip_grad_norm(params, tc.clip_grad);
       opt->step(tc.optimizer.lr);
       opt->zero_grad();
+      mm::synchronize(device);
       const double step = since(t1);
       // The tower alone on the same batch: forward, and backward of a fixed upstream gradient.
       auto t2 = Clock::now();
-      at::Tensor f = vl->visual->forward(b.pixel_values, b.image_grid_thw);
-      f.backward(at::ones_like(f));
+      {
+        if (bf16) mm::compat::set_autocast(device.type(), true, at::kBFloat16);
+        at::Tensor f = vl->visual->forward(b.pixel_values, b.image_grid_thw);
+        if (bf16) {
+          mm::compat::set_autocast(device.type(), false, at::kBFloat16);
+          at::autocast::clear_cache();
+        }
+        f.backward(at::ones_like(f));
+      }
+      mm::synchronize(device);
       const double vision = since(t2);
       opt->zero_grad();
       if (!timed) continue;
       t_loader += wait;
       t_step += step;
       t_vision += vision;
-      const mm::models::MultimodalInputs in = mm::training::batch_inputs(b);
+      const mm::models::MultimodalInputs in = mm::training::batch_inputs(host);
       flops += model->training_flops(in);
       tokens += static_cast<double>(mm::models::real_tokens(in));
-      samples += b.input_ids.size(0);
+      samples += host.num_samples;
     }
-    const auto peak = mm::tools::measure_matmul_peak(1024, at::kFloat, 5);
+    const auto peak = device.is_cuda() ? mm::tools::measure_matmul_peak(8192, bf16 ? at::kBFloat16 : at::kFloat, 5, device)
+                                       : mm::tools::measure_matmul_peak(1024, at::kFloat, 5);
     const double wall = t_loader + t_step;
     const double tflops = flops / t_step / 1e12;
-    std::printf("vl_step: %s, batch %lld, %d timed steps after %d warm-up, %d intra-op thread(s), %lld loader workers\n",
-                argv[1], static_cast<long long>(tc.micro_batch_size), steps, warmup, at::get_num_threads(),
-                static_cast<long long>(cfg.data.num_workers));
+    std::printf("vl_step: %s, batch %lld, %d timed steps after %d warm-up, %s, %d intra-op thread(s), %lld loader workers\n",
+                argv[1], static_cast<long long>(tc.micro_batch_size), steps, warmup, mm::describe_device(device).c_str(),
+                at::get_num_threads(), static_cast<long long>(cfg.data.num_workers));
     std::printf("%-34s %10.1f\n", "step time (ms, loader wait excluded)", 1e3 * t_step / steps);
     std::printf("%-34s %10.1f\n", "  vision tower fwd+bwd (ms)", 1e3 * t_vision / steps);
     std::printf("%-34s %10.1f\n", "  language model + loss + AdamW (ms)", 1e3 * (t_step - t_vision) / steps);

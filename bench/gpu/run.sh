@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The GPU machine's one call: build mm with CUDA against that machine's own torch, run the tests
+# labelled `cuda`, and the two GPU benchmarks, each against its baseline measured in the same run;
+# a table goes to $OUT/gpu_bench.md (and stdout). Budget: under 8 minutes on one H200.
+#
+#   1. ~1B Qwen2-architecture decoder (hidden 2048, 16 layers, 16 heads / 4 KV, vocab 151936,
+#      tied), bf16 autocast, one row of 4096 tokens packed with 4 documents (varlen flash):
+#      MFU = achieved training FLOP/s / `mm bench peak --dtype bf16` on the same GPU. Goal >= 50%.
+#   2. Qwen2-VL-2B-architecture full fine-tune step (bench/gpu/qwen2vl_2b_step.yaml: random
+#      weights, 8 samples of one 448x448 image + text, bf16) in mm (bench/vl_step) against
+#      Hugging Face transformers + torch with SDPA on the same batches (bench/gpu/vl_step_hf.py).
+#      Goal >= 1.5x its step throughput.
+#
+# On the device:  bash bench/gpu/run.sh     (with carry [".gpu-deps"] from bench/gpu/prepare_deps.sh)
+# Dry run here:   DRY_RUN=1 bash bench/gpu/run.sh   (the existing ./build, tiny sizes, the CPU)
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/out/gpu_bench}"
+mkdir -p "$OUT" out/gpu_bench
+DRY=${DRY_RUN:-0}
+T0=$(date +%s)
+TABLE="$OUT/gpu_bench.md"
+log() { echo "[gpu $(($(date +%s) - T0))s] $*"; }
+row() { echo "| $1 | $2 | $3 | $4 |" >> "$TABLE"; }
+
+if [[ "$DRY" == 1 ]]; then
+  BUILD=${BUILD:-build}
+  PY=${PY:-.venv/bin/python}
+  DEVICE=cpu
+else
+  BUILD=${BUILD:-build-gpu}
+  PY=${PY:-python3}
+  DEVICE=cuda
+  # Debian's headers and libraries that the machine lacks, unpacked from the carried .debs.
+  DEPS="$ROOT/.gpu-deps/root"
+  if [[ -d .gpu-deps/debs && ! -d "$DEPS/usr" ]]; then
+    log "unpacking $(ls .gpu-deps/debs | wc -l) .debs"
+    "$PY" bench/gpu/unpack_debs.py "$DEPS" .gpu-deps/debs/*.deb
+  fi
+  LIB="$DEPS/usr/lib/x86_64-linux-gnu"
+  export PKG_CONFIG_LIBDIR="$LIB/pkgconfig:$DEPS/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$DEPS"
+  export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  PKGCONF=$(command -v pkg-config || echo "$DEPS/usr/bin/pkgconf")
+  if [[ ! -f "$BUILD/build.ninja" ]]; then
+    log "configure (torch from $PY, CUDA from the machine's nvcc)"
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMM_PYTHON="$PY" -DMM_WITH_VIDEO=OFF \
+      -DPKG_CONFIG_EXECUTABLE="$PKGCONF" -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+      -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include -isystem $DEPS/usr/include/x86_64-linux-gnu" \
+      -DCMAKE_EXE_LINKER_FLAGS="-L$LIB -Wl,-rpath,$LIB" -DCMAKE_SHARED_LINKER_FLAGS="-L$LIB -Wl,-rpath,$LIB" \
+      -DCMAKE_MODULE_LINKER_FLAGS="-L$LIB -Wl,-rpath,$LIB" > "$OUT/configure.log" 2>&1 ||
+      { tail -30 "$OUT/configure.log"; exit 1; }
+  fi
+  log "build"
+  cmake --build "$BUILD" -j "$(nproc)" --target mm mm_cuda_tests train_step vl_step > "$OUT/build.log" 2>&1 ||
+    { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+fi
+"$BUILD/mm" version | tee "$OUT/version.txt"
+
+echo "# GPU run $(date -u +%Y-%m-%dT%H:%MZ)" > "$TABLE"
+echo >> "$TABLE"
+echo '```' >> "$TABLE"
+cat "$OUT/version.txt" >> "$TABLE"
+echo '```' >> "$TABLE"
+echo >> "$TABLE"
+echo "| check | result | baseline (same run) | ratio / goal |" >> "$TABLE"
+echo "|---|---|---|---|" >> "$TABLE"
+
+# --- tests labelled cuda (each skips without a device)
+log "ctest -L cuda"
+if [[ "$DRY" == 1 ]]; then CT_ARGS=(-R "Cuda\\."); else CT_ARGS=(-L cuda); fi
+(cd "$BUILD" && ctest "${CT_ARGS[@]}" --output-on-failure --timeout 300) > "$OUT/ctest_cuda.log" 2>&1 || true
+summary=$(grep -E "tests passed|tests failed" "$OUT/ctest_cuda.log" | tail -1)
+skipped=$(grep -c "(Skipped)" "$OUT/ctest_cuda.log" || true)
+row "ctest -L cuda" "${summary:-no summary (see ctest_cuda.log)}, $skipped skipped" "-" "all pass"
+grep -E "rel err|Failed|\*\*\*" "$OUT/ctest_cuda.log" | head -20 || true
+
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2" | head -1; }
+
+# --- 1. ~1B decoder MFU
+if [[ "$DRY" == 1 ]]; then
+  PEAK_ARGS=(--size 512 --dtype fp32); LM=(--hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2 --vocab 1000 --seq 256 --batch 1 --docs 4 --steps 3 --warmup 1 --precision fp32)
+else
+  PEAK_ARGS=(--size 8192 --dtype bf16 --reps 10); LM=(--hidden 2048 --intermediate 5632 --layers 16 --heads 16 --kv-heads 4 --vocab 151936 --seq 4096 --batch 1 --docs 4 --steps 10 --warmup 3 --precision bf16)
+fi
+log "mm bench peak ${PEAK_ARGS[*]}"
+peak_line=$("$BUILD/mm" bench peak "${PEAK_ARGS[@]}" --device "$DEVICE" | tee -a "$OUT/peak.log")
+peak=$(sed -n 's/.*: \([0-9.]*\) TFLOP\/s.*/\1/p' <<<"$peak_line")
+log "train_step ${LM[*]}"
+lm_line=$("$BUILD/train_step" --device "$DEVICE" "${LM[@]}" 2>&1 | tee "$OUT/train_step.log" | grep RESULT || true)
+tflops=$(field tflops "$lm_line")
+if [[ -n "$tflops" && -n "$peak" ]]; then
+  mfu=$("$PY" -c "print(f'{100*$tflops/$peak:.1f}')")
+  row "~1B Qwen2 decoder, bf16, 4096 tokens packed (4 docs), step $(field step_ms "$lm_line") ms, $(field params "$lm_line") params" \
+      "$tflops TFLOP/s, $(field tokens_per_s "$lm_line") tokens/s" "mm bench peak: $peak TFLOP/s" "MFU $mfu% (goal >= 50%)"
+else
+  row "~1B Qwen2 decoder" "failed (see train_step.log)" "peak ${peak:-?}" "-"
+  tail -5 "$OUT/train_step.log"
+fi
+
+# --- 2. Qwen2-VL-2B step against transformers
+VL_DATA=out/gpu_bench/vl
+if [[ "$DRY" == 1 ]]; then
+  N=8; SIZE=56; VL_CFG=examples/qwen2vl/tiny_fashion_mnist.yaml
+  VL_SET=("data.processor.min_pixels=3136" "data.processor.max_pixels=3136" "training.micro_batch_size=4" "training.precision=fp32")
+  STEPS=3; WARM=1; HF_PREC=fp32
+else
+  N=48; SIZE=448; VL_CFG=bench/gpu/qwen2vl_2b_step.yaml; VL_SET=(); STEPS=4; WARM=2; HF_PREC=bf16
+fi
+[[ -s "$VL_DATA/train.jsonl" ]] || "$PY" bench/gpu/make_vl_data.py "$VL_DATA" --n "$N" --size "$SIZE"
+rm -rf "$OUT/vl_dump"
+log "vl_step (mm) $VL_CFG"
+mm_vl=$(MM_BENCH_DUMP="$OUT/vl_dump" "$BUILD/vl_step" "$VL_CFG" "$VL_DATA" "$STEPS" "$WARM" 0 "$DEVICE" "${VL_SET[@]}" \
+        2>&1 | tee "$OUT/vl_step.log" | grep RESULT || true)
+log "vl_step_hf.py (transformers)"
+hf_vl=$("$PY" bench/gpu/vl_step_hf.py "$OUT/vl_dump" --device "$DEVICE" --precision "$HF_PREC" --warmup 1 2>&1 |
+        tee "$OUT/vl_step_hf.log" | grep RESULT || true)
+mm_ms=$(field step_ms "$mm_vl"); hf_ms=$(field step_ms "$hf_vl")
+if [[ -n "$mm_ms" && -n "$hf_ms" ]]; then
+  ratio=$("$PY" -c "print(f'{$hf_ms/$mm_ms:.2f}')")
+  row "Qwen2-VL-2B arch fine-tune step, same $STEPS batches (mm vision tower share: $(field vision_ms "$mm_vl") ms)" \
+      "mm $mm_ms ms/step" "transformers + SDPA $hf_ms ms/step (loss $(field loss_first "$hf_vl"))" "${ratio}x (goal >= 1.5x)"
+else
+  row "Qwen2-VL-2B arch step" "mm: ${mm_ms:-failed}" "transformers: ${hf_ms:-failed}" "see vl_step*.log"
+  tail -5 "$OUT/vl_step.log" "$OUT/vl_step_hf.log"
+fi
+log "done"
+echo
+cat "$TABLE"
