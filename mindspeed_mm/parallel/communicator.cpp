@@ -339,6 +339,21 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& t, ReduceOp op) {
   return out;
 }
 
+std::shared_ptr<PendingWork> Communicator::reduce_scatter_async(const at::Tensor& t, at::Tensor& out) {
+  MM_CHECK(t.is_contiguous() && out.is_contiguous() && out.scalar_type() == t.scalar_type() &&
+               t.numel() == out.numel() * size_ && out.device() == t.device(),
+           "reduce_scatter_async: needs a contiguous input of size x the output's elements, same dtype and device");
+  if (size_ == 1) {
+    out.copy_(t.view_as(out));
+    return done();
+  }
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  o.timeout = timeout_;
+  at::Tensor in = t.view({-1}), flat_out = out.view({-1});
+  return start("reduce_scatter", t, [&](c10d::Backend& b) { return b._reduce_scatter_base(flat_out, in, o); });
+}
+
 void Communicator::broadcast(at::Tensor& t, int root) {
   if (size_ == 1) return;
   at::Tensor buf = dense(t);

@@ -66,6 +66,9 @@ class Communicator {
   // t [size * chunk, ...] -> the sum over ranks of block `rank()`: [chunk, ...]. t.size(0) must
   // divide by size(); pad before (FSDP shards do).
   at::Tensor reduce_scatter(const at::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  // Sum reduce-scatter of a contiguous t [size * chunk] into out [chunk] (t's dtype and device)
+  // without waiting: FSDP's gradient reduction runs while backward goes on.
+  std::shared_ptr<PendingWork> reduce_scatter_async(const at::Tensor& t, at::Tensor& out);
   // Rows t[sum(send_counts[:j]) ...] go to rank j; the result holds recv_counts[j] rows from rank j
   // in rank order. Empty counts: an even split.
   at::Tensor all_to_all(const at::Tensor& t, const std::vector<int64_t>& send_counts = {},

@@ -304,7 +304,31 @@ void FullyShardedDataParallel::reduce(size_t i) {
     buf.narrow(1, q.shard_offset, q.chunk).copy_(padded.view({W, q.chunk}));
     q.param.mutable_grad().reset();
   }
-  at::Tensor out = shard_->reduce_scatter(buf.view({-1})).to(at::kFloat);
+  // Started, not waited: the collective runs (NCCL: on its stream; Gloo: on its threads) while
+  // backward computes the next units' gradients; finish_backward adds the results.
+  u.reduce_in = buf.view({-1});
+  u.reduce_out = at::empty({u.shard_numel}, buf.options());
+  u.reducing = shard_->reduce_scatter_async(u.reduce_in, u.reduce_out);
+  reducing_.push_back(i);
+  // At most two in flight: each holds a unit-sized gradient buffer until it completes.
+  while (reducing_.size() > 2) {
+    finish_reduce(reducing_.front());
+    reducing_.pop_front();
+  }
+  ++reduce_scatters_;
+  u.reduced = true;
+  if (!pinned_) free(i);
+}
+
+void FullyShardedDataParallel::finish_reduce(size_t i) {
+  Unit& u = units_[i];
+  if (!u.reducing) return;
+  at::NoGradGuard no_grad;
+  u.reducing->wait();
+  u.reducing.reset();
+  at::Tensor out = u.reduce_out.to(at::kFloat);
+  u.reduce_in = at::Tensor();
+  u.reduce_out = at::Tensor();
   if (replicate_ && replicate_->size() > 1) replicate_->all_reduce(out);
   for (size_t k : u.params) {
     Param& q = params_[k];
@@ -313,14 +337,14 @@ void FullyShardedDataParallel::reduce(size_t i) {
     if (q.shard.grad().defined()) q.shard.mutable_grad().add_(g);
     else q.shard.mutable_grad() = g.clone();
   }
-  ++reduce_scatters_;
-  u.reduced = true;
-  if (!pinned_) free(i);
 }
 
 void FullyShardedDataParallel::finish_backward() {
   // The rest in order: units some of whose parameters got no gradient in this backward.
   while (next_reduce_ < reduce_order_.size()) reduce(reduce_order_[next_reduce_++]);
+  // In launch order, the same on every rank (HSDP's replica all-reduces pair up).
+  for (size_t i : reducing_) finish_reduce(i);
+  reducing_.clear();
   in_backward_ = false;
   if (!pinned_)
     for (size_t i = 0; i < units_.size(); ++i) free(i);

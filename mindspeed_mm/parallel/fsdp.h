@@ -25,6 +25,7 @@
 
 #include <ATen/ATen.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -129,12 +130,15 @@ class FullyShardedDataParallel {
     bool gathered = false, reduced = false;
     std::shared_ptr<PendingWork> inflight;  // a started all-gather
     at::Tensor send, recv;
+    std::shared_ptr<PendingWork> reducing;  // a started gradient reduce-scatter into reduce_out
+    at::Tensor reduce_in, reduce_out;
   };
 
   void start_gather(size_t u);
   void gather(size_t u);
   void free(size_t u);
-  void reduce(size_t u);
+  void reduce(size_t u);           // starts the unit's reduce-scatter
+  void finish_reduce(size_t u);    // waits for it and adds the result to the shards' gradients
   void launch_ready_reductions();
   void prefetch_after(const std::vector<size_t>& order, size_t u);
 
@@ -145,6 +149,7 @@ class FullyShardedDataParallel {
   FsdpOptions options_;
   std::vector<size_t> forward_order_, last_forward_order_;  // units in the order forward ran them
   std::vector<size_t> reduce_order_;
+  std::deque<size_t> reducing_;  // units whose reduce-scatter is in flight, oldest first
   size_t next_reduce_ = 0;
   bool in_backward_ = false, pinned_ = false;
   size_t streamed_ = 0;  // the unit full_parameter gathered last
