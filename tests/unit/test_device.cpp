@@ -4,6 +4,8 @@
 // varlen (cu_seqlens) attention's fallback against the segment-mask path it replaces. The same
 // code on CUDA is covered by tests/cuda (label cuda).
 #include <gtest/gtest.h>
+
+#include "config_error.h"
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
@@ -23,14 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string config_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mm::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using mm::test::config_error;
 
 TEST(Device, ResolvesAutoCpuAndCuda) {
   EXPECT_EQ(mm::resolve_device("cpu", 3, "training.device"), at::Device(at::kCPU));

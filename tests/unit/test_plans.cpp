@@ -2,6 +2,8 @@
 // gradients without (float64 and float32), RNG replay for dropout, pattern errors.
 #include <gtest/gtest.h>
 
+#include "config_error.h"
+
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/common/linear.h"
@@ -46,14 +48,7 @@ double max_grad_diff(const Qwen2ForCausalLM& a, const Qwen2ForCausalLM& b) {
   return m;
 }
 
-std::string config_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mm::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using mm::test::config_error;
 
 TEST(Plans, FreezeCountsAndFlags) {
   auto m = tiny_model(at::kFloat);
