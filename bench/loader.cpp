@@ -26,7 +26,8 @@
 #include "mindspeed_mm/data/mllm/mllm_options.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/training/optimizer.h"
-#include "mindspeed_mm/training/trainer.h"
+#include "mindspeed_mm/training/model_builder.h"
+#include "mindspeed_mm/training/train_step.h"
 
 namespace {
 
@@ -75,8 +76,11 @@ int run(const Args& a) {
   // Consumption: the quickstart model trained on this data's batches.
   mm::config::Config qc = mm::config::load_config(a.quickstart, {});
   auto model = mm::training::build_model(qc.model, enc.tokenizer().vocab_size(), 42);
-  auto opt = mm::training::optimizer_registry().get("adamw", "optimizer")(
-      mm::training::default_param_groups(model->named_parameters()), qc.training.optimizer);
+  mm::training::TrainParallel par(qc.parallel, mm::parallel::DistEnv{});
+  mm::training::DataParallelModel dp(*model, par, qc.parallel);
+  auto objective = mm::training::make_objective(qc, *model);
+  auto opt = mm::training::optimizer_registry().get("adamw", "optimizer")(dp.param_groups({}), qc.training.optimizer);
+  mm::training::StepEnv env{*model, *objective, dp, *opt, par, false, 1.0};
   auto loader = make_loader(f.records, enc, 2, a.train_batch);
   double step_total = 0;
   auto fed0 = Clock::now();
@@ -84,12 +88,7 @@ int run(const Args& a) {
     if (s == a.warmup) fed0 = Clock::now(), step_total = 0;
     mm::data::Batch b = loader->next();
     auto t0 = Clock::now();
-    at::Tensor logits = mm::training::forward_batch(*model, b);
-    auto ce = mm::models::lm_cross_entropy_sum(logits, b.labels);
-    (ce.sum / std::max<int64_t>(1, ce.count.item<int64_t>())).backward();
-    mm::training::clip_grad_norm(model->parameters(), 1.0);
-    opt->step(1e-3);
-    opt->zero_grad();
+    mm::training::train_step(env, {{b, b}}, 1e-3, s);
     step_total += seconds_since(t0);
   }
   const double fed = seconds_since(fed0);

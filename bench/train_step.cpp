@@ -1,7 +1,7 @@
-// Train-step throughput of the tiny Qwen2 LM in our engine: forward, summed next-token
-// cross-entropy / token count, backward, grad-norm clip, AdamW step, zero_grad, exactly as
-// mindspeed_mm/training/trainer.cpp does one step. bench/train_step_baseline.py is the same model
-// and loop in eager PyTorch; bench/run_train_step.sh runs both and prints the ratio.
+// Train-step throughput of the tiny Qwen2 LM in our engine: mm::training::train_step() itself
+// (forward, summed next-token cross-entropy / token count, backward, grad-norm clip, AdamW step,
+// zero_grad), the function `mm train` calls. bench/train_step_baseline.py is the same model and
+// loop in eager PyTorch; bench/run_train_step.sh runs both and prints the ratio.
 //
 // Weights and token batches come from seeded CPU generators in the same order as the baseline
 // draws them, so both implementations start from the same weights and see the same data: their
@@ -33,10 +33,9 @@
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/models/common/attention.h"
-#include "mindspeed_mm/core/torch_compat.h"
-#include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/training/optimizer.h"
+#include "mindspeed_mm/training/train_step.h"
 
 namespace {
 
@@ -85,21 +84,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// bf16 as the trainer runs it: fp32 weights, autocast for the device around the forward pass.
-struct AutocastScope {
-  AutocastScope(bool on, at::DeviceType type) : on_(on), type_(type) {
-    if (on_) mm::compat::set_autocast(type_, true, at::kBFloat16);
-  }
-  ~AutocastScope() {
-    if (on_) {
-      mm::compat::set_autocast(type_, false, at::kBFloat16);
-      at::autocast::clear_cache();
-    }
-  }
-  bool on_;
-  at::DeviceType type_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,7 +111,7 @@ int main(int argc, char** argv) {
                        {"rms_norm_eps", 1e-6},
                        {"tie_word_embeddings", true},
                        {"initializer_range", 0.02}};
-  std::shared_ptr<mm::models::CausalLM> model;
+  std::shared_ptr<mm::models::Model> model;
   {
     mm::nn::DeferredInitGuard deferred;  // storage only on the device (a 1B model never sits on the host)
     model = mm::models::model_registry().get("qwen2")(hf, "bench config", /*strict=*/false);
@@ -135,36 +119,44 @@ int main(int argc, char** argv) {
   mm::nn::materialize(*model, device);
   model->init_weights(static_cast<uint64_t>(a.seed));
 
-  mm::training::AdamW optimizer(mm::training::default_param_groups(model->named_parameters()), 0.9, 0.95, 1e-8,
-                                0.1, mm::training::use_fused_optimizer("auto", device));
-  const double lr = 1e-3, clip = 1.0;
-  std::vector<at::Tensor> params = model->parameters();
+  // One process: the data-parallel layer and the objective as `mm train` sets them up.
+  mm::config::Config cfg;
+  cfg.training.precision = a.precision;
+  cfg.training.clip_grad = 1.0;
+  mm::training::TrainParallel par(cfg.parallel, mm::parallel::DistEnv{}, device);
+  mm::training::DataParallelModel dp(*model, par, cfg.parallel, device);
+  auto objective = mm::training::make_objective(cfg, *model);
+  mm::training::AdamW optimizer(dp.param_groups({}), 0.9, 0.95, 1e-8, 0.1,
+                                mm::training::use_fused_optimizer("auto", device));
+  const double lr = 1e-3;
 
   // One [B, S+1] token row per step: inputs are the first S, labels the last S (aligned).
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(a.seed) + 1);
-  std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+  std::vector<mm::training::MicroBatch> batches;
   for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
     at::Tensor t = at::randint(a.vocab, {a.batch, a.seq + 1}, gen, at::TensorOptions().dtype(at::kLong));
-    batches.emplace_back(t.narrow(1, 0, a.seq).contiguous().to(device), t.narrow(1, 1, a.seq).contiguous().to(device));
-  }
-  // Packed documents: equal lengths (the last takes the remainder), positions from 0 in each.
-  mm::models::MultimodalInputs packing;
-  if (a.docs > 1) {
-    const int64_t len = a.seq / a.docs;
-    at::Tensor seg = (at::arange(a.seq, at::kLong) / len).clamp_max(a.docs - 1).unsqueeze(0).expand({a.batch, a.seq}).contiguous();
-    at::Tensor pos = at::arange(a.seq, at::kLong) - seg[0] * len;
-    packing.position_ids = pos.unsqueeze(0).expand({a.batch, a.seq}).contiguous().to(device);
-    if (device.is_cuda()) {
-      std::tie(packing.cu_seqlens, packing.max_seqlen) = mm::models::packed_cu_seqlens(seg);
-      packing.cu_seqlens = packing.cu_seqlens.to(device);
-    } else {
-      packing.attn_mask = mm::models::segment_attention_mask(seg);
+    mm::data::Batch b;
+    b.num_samples = a.batch;
+    b.set(mm::data::kInputIds, t.narrow(1, 0, a.seq).contiguous());
+    b.set(mm::data::kLabels, t.narrow(1, 1, a.seq).contiguous());
+    if (a.docs > 1) {
+      // Packed documents: equal lengths (the last takes the remainder), positions from 0 in each.
+      const int64_t len = a.seq / a.docs;
+      at::Tensor seg =
+          (at::arange(a.seq, at::kLong) / len).clamp_max(a.docs - 1).unsqueeze(0).expand({a.batch, a.seq}).contiguous();
+      at::Tensor pos = at::arange(a.seq, at::kLong) - seg[0] * len;
+      b.set(mm::data::kPositionIds, pos.unsqueeze(0).expand({a.batch, a.seq}).contiguous());
+      b.set(mm::data::kSegmentIds, seg);
+      auto [cu, longest] = mm::models::packed_cu_seqlens(seg);
+      b.set(mm::data::kCuSeqlens, cu);
+      b.set(mm::data::kMaxSeqlen, at::scalar_tensor(longest, at::kLong), /*host=*/true);
     }
+    batches.push_back({b, mm::data::batch_to_device(b, device)});
   }
 
-  // Seconds per phase, summed over timed steps (CPU ops are synchronous, so wall clock is exact).
-  const char* kPhases[] = {"forward", "loss", "backward", "clip", "adamw", "zero_grad"};
-  std::vector<double> phase_s(6, 0.0);
+  // Seconds per phase, summed over timed steps (on the CPU ops are synchronous, so wall clock is exact).
+  const char* kPhases[] = {"forward", "loss_backward_clip", "adamw_zero_grad"};
+  std::vector<double> phase_s(3, 0.0);
   bool timing = false;
   auto clock = std::chrono::steady_clock::now();
   auto lap = [&](int phase) {
@@ -173,31 +165,16 @@ int main(int argc, char** argv) {
     if (timing) phase_s[phase] += std::chrono::duration<double>(now - clock).count();
     clock = now;
   };
+  mm::training::StepEnv env{*model, *objective, dp, optimizer, par, bf16, cfg.training.clip_grad};
+  env.after_forward = [&](size_t) { lap(0); };
+  env.before_update = [&] { lap(1); };
 
   double loss_first = 0, loss_last = 0;
-  auto step = [&](const std::pair<at::Tensor, at::Tensor>& b) {
+  int64_t iteration = 0;
+  auto step = [&](const mm::training::MicroBatch& b) {
     clock = std::chrono::steady_clock::now();
-    at::Tensor logits;
-    {
-      AutocastScope autocast(bf16, device.type());
-      mm::models::MultimodalInputs in = packing;
-      in.input_ids = b.first;
-      logits = model->forward_multimodal(in);
-    }
-    lap(0);
-    auto ce = mm::models::lm_cross_entropy_sum(logits.to(at::kFloat), b.second);
-    const int64_t tokens = b.second.numel();  // no -100 labels in random data
-    at::Tensor loss_t = ce.sum / static_cast<double>(tokens);
-    lap(1);
-    loss_t.backward();
+    const double loss = mm::training::train_step(env, {b}, lr, iteration++).loss;
     lap(2);
-    const double loss = loss_t.item<double>();
-    mm::training::clip_grad_norm(params, clip);
-    lap(3);
-    optimizer.step(lr);
-    lap(4);
-    optimizer.zero_grad();
-    lap(5);
     return loss;
   };
 
@@ -218,14 +195,14 @@ int main(int argc, char** argv) {
 
   const double tokens = static_cast<double>(a.steps * a.batch * a.seq);
   // Training FLOPs (forward + backward) per token at the documents' length.
-  const double tflops = model->flops_per_token(a.seq / std::max<int64_t>(1, a.docs)) * tokens / secs / 1e12;
+  const double tflops = mm::models::as_causal_lm(model, "train_step")->flops_per_token(a.seq / std::max<int64_t>(1, a.docs)) * tokens / secs / 1e12;
   std::printf("RESULT impl=mm precision=%s threads=%lld tokens_per_s=%.1f step_ms=%.2f loss_first=%.4f loss_last=%.4f "
               "tflops=%.3f device=%s params=%lld\n",
               a.precision.c_str(), static_cast<long long>(a.threads), tokens / secs, 1e3 * secs / a.steps, loss_first,
               loss_last, tflops, device.str().c_str(), static_cast<long long>(model->num_parameters()));
   if (a.phases) {
     std::printf("PHASES impl=mm");
-    for (int i = 0; i < 6; ++i) std::printf(" %s_ms=%.2f", kPhases[i], 1e3 * phase_s[i] / a.steps);
+    for (int i = 0; i < 3; ++i) std::printf(" %s_ms=%.2f", kPhases[i], 1e3 * phase_s[i] / a.steps);
     std::printf("\n");
   }
   return 0;

@@ -1,13 +1,14 @@
 // Train-step profile of the quickstart's vision-language model (examples/qwen2vl/
 // tiny_fashion_mnist.yaml) through the real pipeline: the threaded mllm loader (image decode,
-// Qwen2-VL processor, chat template, collator), the model, AdamW, exactly as `mm train` steps.
+// Qwen2-VL processor, chat template, collator), the model, AdamW, stepped by
+// mm::training::train_step() as `mm train` steps.
 // Per step it measures
 //   loader  the time the step waited for its batch (0 when the loader keeps ahead)
 //   step    forward + loss + backward + clip + AdamW + zero_grad
 // and, on the same batch outside the step, the vision tower alone (forward, and backward of a
 // fixed upstream gradient): the tower's share of the step; the language model (with the loss
 // and optimizer) is the rest. Throughput: real input tokens per second; achieved FLOP/s from
-// CausalLM::training_flops (decoder plus tower); MFU against this machine's dense matmul
+// Model::training_flops (decoder plus tower); MFU against this machine's dense matmul
 // ceiling measured in the same run (mm bench peak's method), so the ratio is self-contained.
 //
 // On a GPU (training.device auto | cuda, or the DEVICE argument) the step runs there, timed to
@@ -29,15 +30,12 @@
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/device.h"
-#include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/data/dataset_registry.h"
-#include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 #include "mindspeed_mm/tools/peak_flops.h"
-#include "mindspeed_mm/training/device_batches.h"
-#include "mindspeed_mm/training/optimizer.h"
-#include "mindspeed_mm/training/trainer.h"
+#include "mindspeed_mm/training/model_builder.h"
+#include "mindspeed_mm/training/train_step.h"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -74,9 +72,12 @@ int main(int argc, char** argv) {
     }
     auto* vl = dynamic_cast<mm::models::Qwen2VLForConditionalGeneration*>(model.get());
     if (!vl) throw mm::Error("vl_step: the config's model is not qwen2_vl / qwen2_5_vl");
-    auto opt = mm::training::optimizer_registry().get(tc.optimizer.id)(
-        mm::training::default_param_groups(model->named_parameters(), {}), tc.optimizer);
-    std::vector<at::Tensor> params = model->parameters();
+    // One process: the data-parallel layer, objective and optimizer as `mm train` sets them up.
+    mm::training::TrainParallel par(cfg.parallel, mm::parallel::DistEnv{}, device);
+    mm::training::DataParallelModel dp(*model, par, cfg.parallel, device);
+    auto objective = mm::training::make_objective(cfg, *model);
+    auto opt = mm::training::optimizer_registry().get(tc.optimizer.id)(dp.param_groups({}), tc.optimizer);
+    mm::training::StepEnv env{*model, *objective, dp, *opt, par, bf16, tc.clip_grad};
 
     double t_loader = 0, t_step = 0, t_vision = 0, flops = 0, tokens = 0;
     int64_t samples = 0;
@@ -86,42 +87,24 @@ int main(int argc, char** argv) {
       mm::data::Batch host = data.train->next();
       const double wait = since(t0);
       if (dump && timed) {
-        std::vector<std::pair<std::string, at::Tensor>> t = {{"input_ids", host.input_ids}, {"labels", host.labels},
-                                                             {"attention_mask", host.attention_mask},
-                                                             {"pixel_values", host.pixel_values},
-                                                             {"image_grid_thw", host.image_grid_thw}};
+        std::vector<std::pair<std::string, at::Tensor>> t;
+        for (auto f : {mm::data::kInputIds, mm::data::kLabels, mm::data::kAttentionMask, mm::data::kPixelValues,
+                       mm::data::kImageGridThw})
+          t.emplace_back(std::string(f), host[f]);
         mm::st::save_safetensors(std::string(dump) + "/batch_" + std::to_string(s - warmup) + ".safetensors", t);
       }
       auto t1 = Clock::now();
-      const mm::data::Batch b = mm::training::batch_to_device(host, device);
-      const int64_t count = host.labels.ne(mm::models::kIgnoreIndex).sum().item<int64_t>();
-      {
-        at::Tensor logits;
-        {
-          if (bf16) mm::compat::set_autocast(device.type(), true, at::kBFloat16);
-          logits = device.is_cpu() ? mm::training::forward_batch(*model, b)
-                                   : model->forward_multimodal(mm::training::device_inputs(host, b));
-          if (bf16) {
-            mm::compat::set_autocast(device.type(), false, at::kBFloat16);
-            at::autocast::clear_cache();
-          }
-        }
-        auto ce = mm::models::lm_cross_entropy_sum(logits.to(at::kFloat), b.labels);
-        (ce.sum / std::max<int64_t>(1, count)).backward();
-      }
-      mm::training::clip_grad_norm(params, tc.clip_grad);
-      opt->step(tc.optimizer.lr);
-      opt->zero_grad();
+      const mm::training::MicroBatch mb{host, mm::data::batch_to_device(host, device)};
+      mm::training::train_step(env, {mb}, tc.optimizer.lr, s);
       mm::synchronize(device);
       const double step = since(t1);
       // The tower alone on the same batch: forward, and backward of a fixed upstream gradient.
       auto t2 = Clock::now();
       {
-        if (bf16) mm::compat::set_autocast(device.type(), true, at::kBFloat16);
-        at::Tensor f = vl->visual->forward(b.pixel_values, b.image_grid_thw);
-        if (bf16) {
-          mm::compat::set_autocast(device.type(), false, at::kBFloat16);
-          at::autocast::clear_cache();
+        at::Tensor f;
+        {
+          mm::training::AutocastScope autocast(bf16, device.type());
+          f = vl->visual->forward(mb.device[mm::data::kPixelValues], mb.device[mm::data::kImageGridThw]);
         }
         f.backward(at::ones_like(f));
       }
@@ -132,9 +115,8 @@ int main(int argc, char** argv) {
       t_loader += wait;
       t_step += step;
       t_vision += vision;
-      const mm::models::MultimodalInputs in = mm::training::batch_inputs(host);
-      flops += model->training_flops(in);
-      tokens += static_cast<double>(mm::models::real_tokens(in));
+      flops += model->training_flops(host);
+      tokens += model->input_tokens(host);
       samples += host.num_samples;
     }
     const auto peak = device.is_cuda() ? mm::tools::measure_matmul_peak(8192, bf16 ? at::kBFloat16 : at::kFloat, 5, device)

@@ -8,7 +8,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/media/qwen2vl_image_processor.h"
 #include "mindspeed_mm/models/model_registry.h"
-#include "mindspeed_mm/training/trainer.h"
+#include "mindspeed_mm/training/model_builder.h"
 
 namespace mm::cli {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "mindspeed_mm/checkpoint/hf_weights.h"
 #include "mindspeed_mm/checkpoint/safetensors.h"
+#include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/file_io.h"
 
 namespace fs = std::filesystem;
@@ -114,11 +115,11 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
     write_pieces(tmp_dir / rank_file("model", rank, "safetensors"), mine.model_shards);
     write_pieces(tmp_dir / rank_file("optimizer", rank, "safetensors"), mine.optimizer_shards);
   } else if (rank == 0) {
-    MM_CHECK(mine.model && mine.optimizer, "checkpoint: rank 0 of an unsharded save needs the model and optimizer");
+    MM_CHECK(mine.model, "checkpoint: rank 0 of an unsharded save needs the model");
     // Streamed: one tensor at a time comes to the host while the file is written.
     st::save_safetensors((tmp_dir / "model.safetensors").string(), detached(mine.model->named_parameters()),
                          {{"format", "pt"}});
-    st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), detached(mine.optimizer->state()));
+    st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), detached(mine.optimizer_state));
   }
   st::write_file_atomic((tmp_dir / rank_file("loader", rank, "json")).string(), mine.loader_state.dump() + "\n");
   const char* kill = std::getenv("MM_DEBUG_KILL_IN_SAVE");
@@ -174,6 +175,12 @@ std::string resolve_resume_dir(const std::string& resume, const std::string& sav
 
 void load_model_weights(mm::nn::Module& model, const std::string& source, const std::vector<std::string>& ignorable,
                         const std::function<std::string(const std::string&)>& rename, const WeightStore& store) {
+  load_weights(model.named_parameters(), source, ignorable, rename, store);
+}
+
+void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params, const std::string& source,
+                  const std::vector<std::string>& ignorable, const std::function<std::string(const std::string&)>& rename,
+                  const WeightStore& store) {
   st::HFWeights weights(source);
   std::map<std::string, std::string> by_model_name;  // model name -> checkpoint name
   std::vector<std::string> unexpected;
@@ -183,7 +190,6 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
   }
   const std::map<std::string, std::string> source_name = by_model_name;
   std::vector<std::string> missing, mismatched;
-  auto params = model.named_parameters();
   for (auto& [name, p] : params) {
     auto it = by_model_name.find(name);
     if (it == by_model_name.end()) {
@@ -212,7 +218,8 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
     throw Error(msg);
   }
   at::NoGradGuard no_grad;
-  for (auto& [name, p] : params) {
+  for (const auto& [name, param] : params) {
+    at::Tensor p = param;  // the same TensorImpl
     if (store) store(p, weights.get(source_name.at(name)));
     else p.copy_(weights.get(source_name.at(name)));
   }

@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
-#include "mindspeed_mm/training/optimizer.h"
 
 #include "mindspeed_mm/checkpoint/safetensors.h"
 
@@ -56,9 +55,10 @@ struct ShardEntry {
 // What one rank contributes to a checkpoint.
 struct RankCheckpoint {
   bool sharded = false;
-  // Unsharded: rank 0's full model and optimizer (the others pass nothing).
+  // Unsharded: rank 0's full model and optimizer state (the others pass nothing). The state is
+  // named tensors ("exp_avg.model.norm.weight", scalars 0-dim), as the optimizer holds them.
   const mm::nn::Module* model = nullptr;
-  const training::Optimizer* optimizer = nullptr;
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state;
   // Sharded: this rank's pieces.
   std::vector<ShardEntry> model_shards, optimizer_shards;
   nlohmann::json loader_state;  // this data-parallel rank's data-loader state
@@ -141,5 +141,10 @@ void load_model_weights(mm::nn::Module& model, const std::string& source,
                         const std::vector<std::string>& ignorable = {},
                         const std::function<std::string(const std::string&)>& rename = {},
                         const WeightStore& store = {});
+// The same into the named parameters `params` (a part of a model: `rename` maps the source's
+// names to these).
+void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params, const std::string& source,
+                  const std::vector<std::string>& ignorable = {},
+                  const std::function<std::string(const std::string&)>& rename = {}, const WeightStore& store = {});
 
 }  // namespace mm::checkpoint

@@ -23,7 +23,9 @@ void validate(const Config& c, const Source& src, bool for_training) {
   auto fail = [&](const std::string& msg) { throw ConfigError(cat("config: ", msg, " in ", src.file)); };
   const auto& p = c.parallel;
   if (p.data_parallel_shard_size == 0) fail("parallel.data_parallel_shard_size must be >= 1, or -1 for the rest of the world");
-  if (for_training && c.data.paths.empty()) fail("data.paths must name at least one file or directory");
+  // The built-in datasets read files; a registered dataset may generate its data.
+  const bool reads_files = c.data.dataset == "text" || c.data.dataset == "mllm";
+  if (for_training && reads_files && c.data.paths.empty()) fail("data.paths must name at least one file or directory");
   if (c.model.config.is_null() || (!c.model.config.is_object()))
     fail("model.config must be a mapping of Hugging Face config.json fields");
   if (for_training && c.model.pretrained.empty() && c.model.config_path.empty() && c.model.config.empty())

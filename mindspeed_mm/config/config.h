@@ -171,11 +171,18 @@ struct ModelConfig {
   std::string pretrained;                  // HF directory: config.json + safetensors weights
   std::string config_path;                 // an HF config.json to build from (random init)
   nlohmann::json config = nlohmann::json::object();  // HF config.json fields, on top of the above
+  // Per-part weights and training, by the model's part names (Model::parts(): vision_tower,
+  // projector, language_model, ...): {language_model: {pretrained: DIR, trainable: false}}, or
+  // {language_model: DIR}. A part's DIR holds its tensors under the names below the part's prefix
+  // (a Qwen2 directory for Qwen2-VL's language_model, a CLIP vision directory for LLaVA's
+  // vision_tower); it is loaded after model.pretrained. trainable false freezes the part.
+  nlohmann::json parts = nlohmann::json::object();
   template <class IO> void io(IO& io) {
     io("id", id);
     io("pretrained", pretrained);
     io("config_path", config_path);
     io("config", config);
+    io("parts", parts);
   }
 };
 
@@ -233,6 +240,9 @@ struct TrainingConfig {
   // micro-batches and data-parallel ranks); per_sample: the mean over samples of each sample's
   // mean token loss. Either is the same for any DP size and accumulation count.
   std::string loss_normalization = "per_token";
+  // The objective registry's id (training/objectives/): auto = the model's own (causal_lm for
+  // language and vision-language models).
+  std::string objective = "auto";
   std::string precision = "fp32";          // fp32 | bf16 (bf16 compute, fp32 weights)
   int64_t seed = 42;                       // weight init and everything random in training
   int64_t eval_interval = 0;               // 0 = only before and after training
@@ -254,6 +264,7 @@ struct TrainingConfig {
     io.section("lr_schedule", lr_schedule);
     io("clip_grad", clip_grad, ge(0));
     io("loss_normalization", loss_normalization, one_of({"per_token", "per_sample"}));
+    io("objective", objective);
     io("precision", precision, one_of({"fp32", "bf16"}));
     io("seed", seed, ge(0));
     io("eval_interval", eval_interval, ge(0));
@@ -270,7 +281,7 @@ struct TrainingConfig {
 };
 
 struct SampleConfig {
-  std::string prompt;                      // greedy sample printed after training
+  std::string prompt;                      // greedy sample printed after training (language models)
   int64_t max_new_tokens = 64;
   template <class IO> void io(IO& io) {
     io("prompt", prompt);

@@ -24,4 +24,10 @@ void write(Level l, const std::string& msg) {
   std::fflush(f);
 }
 
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
 }  // namespace mm::log

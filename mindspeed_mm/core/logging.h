@@ -15,6 +15,9 @@ Level level();
 
 void write(Level level, const std::string& msg);
 
+// v with `decimals` digits after the point: fixed(2.30259, 4) = "2.3026".
+std::string fixed(double v, int decimals);
+
 template <class... A> void info(const A&... a) { if (level() <= Level::kInfo) write(Level::kInfo, cat(a...)); }
 template <class... A> void warn(const A&... a) { if (level() <= Level::kWarn) write(Level::kWarn, cat(a...)); }
 template <class... A> void debug(const A&... a) { if (level() <= Level::kDebug) write(Level::kDebug, cat(a...)); }

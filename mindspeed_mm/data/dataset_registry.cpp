@@ -23,8 +23,8 @@ namespace {
 Batch to_batch(LMBatch b) {
   Batch out;
   out.num_samples = b.input_ids.size(0);
-  out.input_ids = std::move(b.input_ids);
-  out.labels = std::move(b.labels);
+  out.set(kInputIds, std::move(b.input_ids));
+  out.set(kLabels, std::move(b.labels));
   return out;
 }
 
@@ -57,6 +57,7 @@ TrainData make_text_data(const config::DataConfig& c, const DataContext& ctx) {
   o.seed = static_cast<uint64_t>(c.seed);
   o.max_documents = c.max_documents;
   TrainData d;
+  d.fields = {std::string(kInputIds), std::string(kLabels)};
   TextSplits splits;
   if (c.tokenizer == "byte") {
     auto tok = std::make_shared<ByteTokenizer>();

@@ -1,6 +1,6 @@
 // Datasets and collators by id. A dataset factory turns the `data` config section into the
-// training stream (batches in order, resumable), a validation pass and the tokenizer that made
-// them; the trainer sees only Batches.
+// training stream (batches in order, resumable), a validation pass, the fields its batches have
+// and, for text, the tokenizer that made them; the trainer sees only Batches.
 //   text  plain text / fortunes / JSONL packed into fixed rows (collator lm_packed)
 //   mllm  ShareGPT-style multimodal conversations through the threaded loader
 //         (collators padded, packed)
@@ -46,8 +46,10 @@ using ValPass = std::function<void(int64_t batch_size, int64_t max_batches, int6
 
 struct TrainData {
   std::unique_ptr<BatchStream> train;
-  ValPass val;                 // null when there is no validation data
-  int64_t vocab_size = 0;      // ids the tokenizer can produce
+  ValPass val;                       // null when there is no validation data
+  std::vector<std::string> fields;   // the Batch fields its batches may have (data/batch.h)
+  // The tokenizer's, for datasets of text (0 and null for datasets without a vocabulary).
+  int64_t vocab_size = 0;            // ids the tokenizer can produce
   int64_t eos_id = 0;
   std::function<std::vector<int64_t>(std::string_view)> encode;  // text prompt -> ids
   std::function<std::string(const std::vector<int64_t>&)> decode;

@@ -219,7 +219,13 @@ TextDocuments read_text_documents(const TextDataOptions& opts) {
 }
 
 bool is_validation_document(std::string_view doc, double val_fraction, uint64_t seed) {
-  const uint64_t h = splitmix64(fnv1a64(doc) ^ splitmix64(seed));
+  return is_validation_hash(fnv1a64(doc), val_fraction, seed);
+}
+
+uint64_t document_hash(std::string_view doc) { return fnv1a64(doc); }
+
+bool is_validation_hash(uint64_t doc_hash, double val_fraction, uint64_t seed) {
+  const uint64_t h = splitmix64(doc_hash ^ splitmix64(seed));
   return static_cast<double>(h >> 11) * 0x1.0p-53 < val_fraction;
 }
 

@@ -48,6 +48,10 @@ TextDocuments read_text_documents(const TextDataOptions& opts);
 // val_fraction. Hashing content rather than position means identical documents always land on
 // the same side (no exact-duplicate leakage into val) and the split survives reordering of files.
 bool is_validation_document(std::string_view doc, double val_fraction, uint64_t seed);
+// The same from the document's content hash (document_hash: FNV-1a, 64 bit), for callers that
+// keep hashes instead of documents.
+uint64_t document_hash(std::string_view doc);
+bool is_validation_hash(uint64_t doc_hash, double val_fraction, uint64_t seed);
 
 using TextEncoder = std::function<std::vector<int64_t>(std::string_view)>;
 

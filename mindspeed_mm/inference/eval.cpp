@@ -13,8 +13,6 @@
 #include "mindspeed_mm/core/parallel_for.h"
 #include "mindspeed_mm/data/mllm/mllm_collator.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
-#include "mindspeed_mm/training/device_batches.h"
-#include "mindspeed_mm/training/trainer.h"
 
 namespace mm::inference {
 
@@ -256,9 +254,10 @@ EvalReport evaluate(models::CausalLM& model, const data::SampleEncoder& encoder,
         }
       }
       if (options.loss) {
-        data::Batch b = training::batch_to_device(data::collate_samples({encoder.encode(rec)}, {false, 1, encoder.pad_id()}),
-                                                  device);
-        models::CrossEntropySum ce = models::lm_cross_entropy_sum(training::forward_batch(model, b), b.labels);
+        data::Batch b =
+            data::batch_to_device(data::collate_samples({encoder.encode(rec)}, {false, 1, encoder.pad_id()}), device);
+        models::CrossEntropySum ce =
+            models::lm_cross_entropy_sum(model.forward(b)[models::kLogits], b.require(data::kLabels));
         r.s.loss = ce.sum.item<double>();
         r.s.tokens = ce.count.item<int64_t>();
       }

@@ -30,7 +30,9 @@ LoadedModel load_model(const std::string& path, at::Device device) {
   const std::string id = hf.at("model_type").get<std::string>();
   {
     mm::nn::DeferredInitGuard deferred;
-    out.model = models::model_registry().get(id, "config.json model_type")(hf, out.dir + "/config.json", false);
+    out.model = models::as_causal_lm(
+        models::model_registry().get(id, "config.json model_type")(hf, out.dir + "/config.json", false),
+        "model: " + out.dir);
   }
   mm::nn::materialize(*out.model, device);
   if (fs::exists(fs::path(out.dir) / "metadata.json")) {

@@ -18,14 +18,4 @@ int64_t ModelSize::total() const {
   return n;
 }
 
-int64_t real_tokens(const MultimodalInputs& in) {
-  if (in.attention_mask.defined()) return in.attention_mask.ne(0).sum().item<int64_t>();
-  if (in.segment_ids.defined()) return in.segment_ids.ge(0).sum().item<int64_t>();
-  return in.input_ids.numel();
-}
-
-double CausalLM::training_flops(const MultimodalInputs& in) const {
-  return static_cast<double>(real_tokens(in)) * flops_per_token(in.input_ids.size(-1));
-}
-
 }  // namespace mm::models

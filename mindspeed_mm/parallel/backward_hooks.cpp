@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 namespace mm::parallel {
 namespace {
@@ -35,7 +37,22 @@ at::Tensor apply(const at::Tensor& x, std::function<void()> fn, bool queue) {
   return CallOnBackward::apply(x, std::move(cb));
 }
 
+struct GradReadyHook : torch::autograd::FunctionPostHook {
+  explicit GradReadyHook(std::function<void()> f) : fn(std::move(f)) {}
+  variable_list operator()(const variable_list& outputs, const variable_list&) override {
+    fn();
+    return outputs;
+  }
+  std::function<void()> fn;
+};
+
 }  // namespace
+
+std::shared_ptr<void> on_gradient_ready(const at::Tensor& param, std::function<void()> fn) {
+  std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(param);
+  acc->add_post_hook(std::make_unique<GradReadyHook>(std::move(fn)));
+  return acc;
+}
 
 at::Tensor call_before_backward_of(const at::Tensor& x, std::function<void()> fn) { return apply(x, std::move(fn), false); }
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <memory>
 
 namespace mm::parallel {
 
@@ -18,5 +19,11 @@ at::Tensor call_before_backward_of(const at::Tensor& x, std::function<void()> fn
 // A callback queued from a parameter hook instead would run at the end of the first recomputed
 // block's nested backward, too early.
 at::Tensor call_after_backward(const at::Tensor& loss, std::function<void()> fn);
+
+// fn runs each time backward has written param's final .grad for this backward (a post-hook on
+// its AccumulateGrad node: launching an async collective on the incoming gradient from a
+// tensor hook instead races with accumulation). Autograd holds the node only weakly: keep the
+// returned handle as long as the hook must fire.
+std::shared_ptr<void> on_gradient_ready(const at::Tensor& param, std::function<void()> fn);
 
 }  // namespace mm::parallel

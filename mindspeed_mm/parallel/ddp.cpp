@@ -1,29 +1,10 @@
 // DDP: bucketed gradient all-reduce overlapping backward.
 #include "mindspeed_mm/parallel/ddp.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/parallel/backward_hooks.h"
 
 namespace mm::parallel {
-
-namespace {
-
-struct GradReadyHook : torch::autograd::FunctionPostHook {
-  GradReadyHook(DistributedDataParallel* d, size_t i) : ddp(d), index(i) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    ddp->grad_ready(index);
-    return outputs;
-  }
-  DistributedDataParallel* ddp;
-  size_t index;
-};
-
-}  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params, std::shared_ptr<Communicator> dp,
                                                  int64_t bucket_cap_bytes)
@@ -46,9 +27,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<at::Tensor> params,
     for (size_t k : buckets_[b].params) bucket_of_[k] = b;
   }
   for (size_t k = 0; k < params_.size(); ++k) {
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k]);
-    acc->add_post_hook(std::make_unique<GradReadyHook>(this, k));
-    accumulators_.push_back(std::move(acc));
+    accumulators_.push_back(on_gradient_ready(params_[k], [this, k] { grad_ready(k); }));
   }
 }
 

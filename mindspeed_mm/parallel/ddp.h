@@ -59,7 +59,7 @@ class DistributedDataParallel {
   std::shared_ptr<Communicator> dp_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd keeps weak refs
+  std::vector<std::shared_ptr<void>> accumulators_;  // on_gradient_ready handles (autograd keeps weak refs)
   size_t next_launch_ = 0;  // buckets launch in index order
   bool sync_ = true;
   int64_t reductions_ = 0;

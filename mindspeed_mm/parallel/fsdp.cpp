@@ -20,17 +20,6 @@
 namespace mm::parallel {
 namespace {
 
-struct GradReadyHook : torch::autograd::FunctionPostHook {
-  GradReadyHook(FullyShardedDataParallel* f, size_t i) : fsdp(f), index(i) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fsdp->grad_ready(index);
-    return outputs;
-  }
-  FullyShardedDataParallel* fsdp;
-  size_t index;
-};
-
 // Frees (bytes 0) or re-allocates a unit buffer's storage in place, so that views of it (the
 // parameters) stay valid. The contents are not kept: a gather rewrites all of them.
 void set_storage_bytes(const at::Tensor& t, size_t bytes) {
@@ -124,9 +113,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
   // After set_data: it resets a parameter's gradient accumulator when the dtype changes.
   for (size_t k = 0; k < params_.size(); ++k) {
     if (!params_[k].trainable) continue;
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k].param);
-    acc->add_post_hook(std::make_unique<GradReadyHook>(this, k));
-    accumulators_.push_back(std::move(acc));
+    accumulators_.push_back(on_gradient_ready(params_[k].param, [this, k] { grad_ready(k); }));
   }
 }
 

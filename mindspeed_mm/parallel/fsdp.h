@@ -154,7 +154,7 @@ class FullyShardedDataParallel {
   bool in_backward_ = false, pinned_ = false;
   size_t streamed_ = 0;  // the unit full_parameter gathered last
   int64_t all_gathers_ = 0, reduce_scatters_ = 0;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // autograd keeps weak refs
+  std::vector<std::shared_ptr<void>> accumulators_;  // on_gradient_ready handles (autograd keeps weak refs)
 };
 
 }  // namespace mm::parallel

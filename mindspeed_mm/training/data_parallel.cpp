@@ -13,7 +13,7 @@ at::ScalarType dtype_of(const std::string& name) { return name == "bf16" ? at::k
 
 }  // namespace
 
-DataParallelModel::DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc,
+DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& par, const config::ParallelConfig& pc,
                                      at::Device device)
     : model_(model), par_(par) {
   for (auto& p : model.parameters())
@@ -172,7 +172,7 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   if (!part.sharded) {
     if (par_.dp_rank() == 0) {
       part.model = &model_;
-      part.optimizer = &optimizer;
+      part.optimizer_state = optimizer.state();
     }
     return part;
   }

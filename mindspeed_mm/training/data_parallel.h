@@ -30,7 +30,7 @@ class DataParallelModel {
   // Applies DDP or FSDP to model (after freeze and before recompute plans: FSDP's wrapper must be
   // the outermost one of each unit). The model's current weights must be the same on every rank.
   // device: where FSDP puts its shards and buffers (DDP's buckets follow the parameters).
-  DataParallelModel(models::CausalLM& model, const TrainParallel& par, const config::ParallelConfig& pc,
+  DataParallelModel(models::Model& model, const TrainParallel& par, const config::ParallelConfig& pc,
                     at::Device device = at::kCPU);
   ~DataParallelModel();
 
@@ -81,7 +81,7 @@ class DataParallelModel {
   void load_checkpoint(const checkpoint::CheckpointReader& reader, Optimizer& optimizer);
 
  private:
-  models::CausalLM& model_;
+  models::Model& model_;
   const TrainParallel& par_;
   std::vector<at::Tensor> trainable_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;

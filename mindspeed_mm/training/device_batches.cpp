@@ -1,17 +1,7 @@
 #include "mindspeed_mm/training/device_batches.h"
 
-#include "mindspeed_mm/core/device.h"
 
 namespace mm::training {
-
-data::Batch batch_to_device(const data::Batch& b, const at::Device& device) {
-  if (device.is_cpu()) return b;
-  data::Batch d = b;
-  for (at::Tensor* t : {&d.input_ids, &d.labels, &d.attention_mask, &d.position_ids, &d.segment_ids, &d.cu_seqlens,
-                        &d.pixel_values, &d.pixel_values_videos})
-    *t = to_device(*t, device);
-  return d;
-}
 
 DevicePrefetcher::DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead)
     : stream_(stream), device_(device), ahead_(ahead), state_(stream.state()), skipped_(stream.skipped_samples()) {}
@@ -20,7 +10,7 @@ void DevicePrefetcher::fill(int64_t n) {
   while (static_cast<int64_t>(pending_.size()) < n) {
     Pending p;
     p.item.host = stream_.next();
-    p.item.device = batch_to_device(p.item.host, device_);
+    p.item.device = data::batch_to_device(p.item.host, device_);
     p.state_after = stream_.state();
     p.skipped_after = stream_.skipped_samples();
     pending_.push_back(std::move(p));

@@ -1,7 +1,4 @@
-// Batches on the training device. A batch's tensors that the model computes with (ids, labels,
-// masks, positions, segments, pixels) are copied to the device through pinned memory with
-// non-blocking copies; the image and video grids stay on the host, where the model reads them
-// to plan the vision tower (as sizes, never as compute).
+// Batches on the training device (data::batch_to_device: pinned memory, non-blocking copies).
 //
 // DevicePrefetcher keeps one step ahead: when the trainer takes a step's micro-batches, the next
 // step's are read from the loader and their copies queued at once, so the transfer overlaps the
@@ -17,15 +14,15 @@
 
 namespace mm::training {
 
-// b with its compute tensors on `device` (b itself when device is the CPU).
-data::Batch batch_to_device(const data::Batch& b, const at::Device& device);
+// One micro-batch of a step.
+struct MicroBatch {
+  data::Batch host;    // as the loader made it: counts and FLOPs are read from here, not the device
+  data::Batch device;  // what the forward takes (the same tensors on the CPU)
+};
 
 class DevicePrefetcher {
  public:
-  struct Item {
-    data::Batch host;    // as the loader made it: counts and FLOPs are read from here, not the device
-    data::Batch device;  // what the forward takes
-  };
+  using Item = MicroBatch;
   // ahead = 0: batches are read and copied when asked for; k > 0: the next k batches are always
   // in flight.
   DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "colour_images.h"
+#include "corpora.h"
 #include "metrics_file.h"
 #include "run_command.h"
 
@@ -19,21 +20,8 @@ namespace mm::test {
 namespace fs = std::filesystem;
 
 // Generated sentences: about 560 rows of 32 bytes, so 20 steps of 8 rows stay in one epoch.
-inline std::string make_corpus() {
-  const char* subj[] = {"the cat", "a dog", "my neighbour", "the old sailor", "every child", "the robot"};
-  const char* verb[] = {"likes", "paints", "watches", "remembers", "builds", "sells"};
-  const char* obj[] = {"red apples", "the sea", "tall towers", "quiet songs", "small boats", "warm bread"};
-  std::string s;
-  uint64_t x = 11;
-  for (int i = 0; i < 600; ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    s += std::string(subj[(x >> 33) % 6]) + " " + verb[(x >> 40) % 6] + " " + obj[(x >> 50) % 6] + ".\n\n";
-  }
-  return s;
-}
-
 inline std::string text_config(const std::string& dir) {
-  write_file(dir + "/corpus.txt", make_corpus());
+  write_file(dir + "/corpus.txt", make_corpus(11));
   write_file(dir + "/text.yaml",
                        "data:\n  paths: [" + dir + "/corpus.txt]\n  format: text\n  seq_len: 32\n  val_fraction: 0.1\n"
                        "model:\n  id: qwen2\n  config:\n    hidden_size: 48\n    intermediate_size: 96\n"

@@ -12,7 +12,8 @@ namespace mm::test {
 
 inline std::shared_ptr<mm::models::CausalLM> load_hf_model(const std::string& dir) {
   nlohmann::json cfg = mm::checkpoint::read_hf_config(dir);
-  auto m = mm::models::model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir, false);
+  auto m = mm::models::as_causal_lm(
+      mm::models::model_registry().get(cfg.value("model_type", ""), "model_type")(cfg, dir, false), dir);
   mm::checkpoint::load_model_weights(*m, dir, {}, [&](const std::string& k) { return m->parameter_name(k); });
   return m;
 }

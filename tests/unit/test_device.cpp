@@ -19,7 +19,7 @@
 #include "mindspeed_mm/models/qwen2/qwen2.h"
 #include "mindspeed_mm/training/device_batches.h"
 #include "mindspeed_mm/training/optimizer.h"
-#include "mindspeed_mm/training/trainer.h"
+#include "mindspeed_mm/training/model_builder.h"
 
 namespace {
 
@@ -93,8 +93,8 @@ class CountingStream : public mm::data::BatchStream {
  public:
   mm::data::Batch next() override {
     mm::data::Batch b;
-    b.input_ids = at::full({1, 4}, n_, at::kLong);
-    b.labels = b.input_ids.clone();
+    b.set(mm::data::kInputIds, at::full({1, 4}, n_, at::kLong));
+    b.set(mm::data::kLabels, b[mm::data::kInputIds].clone());
     ++n_;
     return b;
   }
@@ -110,8 +110,8 @@ TEST(Device, PrefetcherStaysAheadAndReportsTheConsumedState) {
   EXPECT_EQ(p.state()["n"], 0);
   for (int64_t k = 0; k < 5; ++k) {
     auto item = p.next();
-    EXPECT_EQ(item.host.input_ids[0][0].item<int64_t>(), k);
-    EXPECT_TRUE(at::equal(item.device.input_ids, item.host.input_ids));
+    EXPECT_EQ(item.host[mm::data::kInputIds][0][0].item<int64_t>(), k);
+    EXPECT_TRUE(at::equal(item.device[mm::data::kInputIds], item.host[mm::data::kInputIds]));
     EXPECT_EQ(s.n_, k + 3) << "two batches beyond the one handed out are read";
     EXPECT_EQ(p.state()["n"], k + 1) << "the state is the consumed one, not the loader's";
     EXPECT_EQ(p.skipped_samples(), (k + 1) / 3);
@@ -120,7 +120,7 @@ TEST(Device, PrefetcherStaysAheadAndReportsTheConsumedState) {
   nlohmann::json saved = p.state();
   p.next();
   p.load_state(saved);
-  EXPECT_EQ(p.next().host.input_ids[0][0].item<int64_t>(), 5);
+  EXPECT_EQ(p.next().host[mm::data::kInputIds][0][0].item<int64_t>(), 5);
   // ahead 0: read on demand.
   CountingStream t;
   mm::training::DevicePrefetcher q(t, at::kCPU, 0);
@@ -207,7 +207,7 @@ TEST(Attention, VarlenFallbackEqualsSegmentMask) {
 // A packed Qwen2 batch through cu_seqlens (what the trainer hands the model on CUDA) gives the
 // logits of the mask path (what it hands it on the CPU).
 TEST(Attention, Qwen2PackedRowsThroughCuSeqlensEqualTheMask) {
-  auto model = mm::models::model_registry().get("qwen2", "model.id")(tiny_qwen2(), "tiny", true);
+  auto model = mm::models::as_causal_lm(mm::models::model_registry().get("qwen2", "model.id")(tiny_qwen2(), "tiny", true), "test");
   model->init_weights(2);
   model->to(at::kDouble);
   at::Tensor ids = at::randint(0, 40, {2, 10}, at::kLong);

@@ -15,7 +15,6 @@
 #include "mindspeed_mm/inference/model_loader.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
-#include "mindspeed_mm/training/trainer.h"
 #include "run_command.h"
 
 using namespace mm::inference;
@@ -117,13 +116,13 @@ TEST(Eval, ScoresOwnAnswersCorrectAndIsThreadInvariant) {
     j["samples_per_second"] = r1.to_json()["samples_per_second"];
     return j.dump();
   }());
-  // The loss is the training loss: forward_batch + cross-entropy over the answer tokens.
+  // The loss is the training loss: the model's forward + cross-entropy over the answer tokens.
   double sum = 0;
   int64_t count = 0;
   at::NoGradGuard no_grad;
   for (int i : {0, 1, 3, 4, 5}) {
     mm::data::Batch b = mm::data::collate_samples({enc.encode(recs[i])}, {false, 1, enc.pad_id()});
-    auto ce = mm::models::lm_cross_entropy_sum(mm::training::forward_batch(*model, b), b.labels);
+    auto ce = mm::models::lm_cross_entropy_sum(model->forward(b)[mm::models::kLogits], b[mm::data::kLabels]);
     sum += ce.sum.item<double>();
     count += ce.count.item<int64_t>();
   }

@@ -41,7 +41,7 @@ json tiny(const std::string& id) {
 TEST(Flops, ClosedFormSizesEqualTheModuleTreeForEveryModel) {
   for (const std::string& id : model_registry().ids()) {
     ASSERT_TRUE(model_size_registry().has(id)) << id;
-    auto model = model_registry().get(id)(tiny(id), "test", false);
+    auto model = as_causal_lm(model_registry().get(id)(tiny(id), "test", false), id);
     const ModelSize size = model_size_registry().get(id)(tiny(id), "test", false);
     EXPECT_EQ(size.total(), model->num_parameters()) << id;
     EXPECT_DOUBLE_EQ(size.flops_per_token(64), model->flops_per_token(64)) << id;
@@ -49,7 +49,7 @@ TEST(Flops, ClosedFormSizesEqualTheModuleTreeForEveryModel) {
 }
 
 TEST(Flops, VisionBatchesCountTheTowerToo) {
-  auto vl = model_registry().get("qwen2_vl")(tiny("qwen2_vl"), "test", false);
+  auto vl = as_causal_lm(model_registry().get("qwen2_vl")(tiny("qwen2_vl"), "test", false), "qwen2_vl");
   MultimodalInputs in;
   in.input_ids = at::zeros({2, 10}, at::kLong);
   in.attention_mask = at::ones({2, 10}, at::kLong);

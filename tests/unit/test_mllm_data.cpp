@@ -276,36 +276,36 @@ EncodedSample synthetic(int64_t index, int64_t len) {
 TEST(MllmData, CollatesPaddedAndPacked) {
   std::vector<EncodedSample> v = {synthetic(0, 5), synthetic(1, 3)};
   Batch p = collate_samples(v, {false, 4, 0});
-  EXPECT_EQ(p.input_ids.sizes(), (at::IntArrayRef{2, 8}));
-  EXPECT_EQ(p.attention_mask.sum().item<int64_t>(), 8);
+  EXPECT_EQ(p[mm::data::kInputIds].sizes(), (at::IntArrayRef{2, 8}));
+  EXPECT_EQ(p[mm::data::kAttentionMask].sum().item<int64_t>(), 8);
   // Shifted: labels[s] = sample label[s + 1]; the last real position predicts nothing.
-  EXPECT_EQ(p.labels[0][3].item<int64_t>(), v[0].labels[4]);
-  EXPECT_EQ(p.labels[0][4].item<int64_t>(), kIgnoreLabel);
-  EXPECT_EQ(p.labels[1][1].item<int64_t>(), v[1].labels[2]);
+  EXPECT_EQ(p[mm::data::kLabels][0][3].item<int64_t>(), v[0].labels[4]);
+  EXPECT_EQ(p[mm::data::kLabels][0][4].item<int64_t>(), kIgnoreLabel);
+  EXPECT_EQ(p[mm::data::kLabels][1][1].item<int64_t>(), v[1].labels[2]);
 
   Batch k = collate_samples(v, {true, 1, 0});
-  EXPECT_EQ(k.input_ids.sizes(), (at::IntArrayRef{1, 8}));
-  ASSERT_EQ(k.cu_seqlens.numel(), 3);
-  EXPECT_EQ(k.cu_seqlens[1].item<int>(), 5);
-  EXPECT_EQ(k.cu_seqlens[2].item<int>(), 8);
-  EXPECT_EQ(k.position_ids[0][5].item<int64_t>(), 0);  // restarts for the second sample
-  EXPECT_EQ(k.segment_ids[0][4].item<int64_t>(), 0);
-  EXPECT_EQ(k.segment_ids[0][5].item<int64_t>(), 1);
-  EXPECT_EQ(k.labels[0][4].item<int64_t>(), kIgnoreLabel);  // never the next sample's first token
+  EXPECT_EQ(k[mm::data::kInputIds].sizes(), (at::IntArrayRef{1, 8}));
+  ASSERT_EQ(k[mm::data::kCuSeqlens].numel(), 3);
+  EXPECT_EQ(k[mm::data::kCuSeqlens][1].item<int>(), 5);
+  EXPECT_EQ(k[mm::data::kCuSeqlens][2].item<int>(), 8);
+  EXPECT_EQ(k[mm::data::kPositionIds][0][5].item<int64_t>(), 0);  // restarts for the second sample
+  EXPECT_EQ(k[mm::data::kSegmentIds][0][4].item<int64_t>(), 0);
+  EXPECT_EQ(k[mm::data::kSegmentIds][0][5].item<int64_t>(), 1);
+  EXPECT_EQ(k[mm::data::kLabels][0][4].item<int64_t>(), kIgnoreLabel);  // never the next sample's first token
   Batch k4 = collate_samples(v, {true, 16, 0});
-  EXPECT_EQ(k4.input_ids.size(1), 16);
-  EXPECT_EQ(k4.segment_ids[0][10].item<int64_t>(), -1);
+  EXPECT_EQ(k4[mm::data::kInputIds].size(1), 16);
+  EXPECT_EQ(k4[mm::data::kSegmentIds][0][10].item<int64_t>(), -1);
   EXPECT_THROW(collate_samples({}, {}), mm::Error);
 }
 
 // Per-sample mean loss of sample `seg` in a batch (segment seg of row 0 when packed, else row seg).
 double sample_loss(const at::Tensor& logits, const Batch& b, int64_t seg) {
-  at::Tensor lg = logits, lab = b.labels;
-  if (b.segment_ids.defined()) {
-    lab = b.labels.masked_fill(b.segment_ids.ne(seg), mm::models::kIgnoreIndex);
+  at::Tensor lg = logits, lab = b[mm::data::kLabels];
+  if (b[mm::data::kSegmentIds].defined()) {
+    lab = b[mm::data::kLabels].masked_fill(b[mm::data::kSegmentIds].ne(seg), mm::models::kIgnoreIndex);
   } else {
     lg = logits.narrow(0, seg, 1);
-    lab = b.labels.narrow(0, seg, 1);
+    lab = b[mm::data::kLabels].narrow(0, seg, 1);
   }
   return mm::models::lm_cross_entropy(lg, lab).item<double>();
 }
@@ -323,14 +323,14 @@ TEST(MllmData, PackedLossEqualsOneByOneOnQwen2) {
   at::NoGradGuard no_grad;
   std::vector<EncodedSample> v = {synthetic(0, 37), synthetic(1, 12), synthetic(2, 25), synthetic(3, 50)};
   Batch packed = collate_samples(v, {true, 8, 0});
-  at::Tensor packed_logits = model.forward(packed.input_ids, packed.position_ids,
-                                           mm::models::segment_attention_mask(packed.segment_ids));
+  at::Tensor packed_logits = model.forward(packed[mm::data::kInputIds], packed[mm::data::kPositionIds],
+                                           mm::models::segment_attention_mask(packed[mm::data::kSegmentIds]));
   Batch padded = collate_samples(v, {false, 1, 0});
-  at::Tensor padded_logits = model.forward(padded.input_ids, padded.position_ids);
+  at::Tensor padded_logits = model.forward(padded[mm::data::kInputIds], padded[mm::data::kPositionIds]);
   double max_diff = 0;
   for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
     Batch alone = collate_samples({v[i]}, {false, 1, 0});
-    const double ref = sample_loss(model.forward(alone.input_ids), alone, 0);
+    const double ref = sample_loss(model.forward(alone[mm::data::kInputIds]), alone, 0);
     const double p = sample_loss(packed_logits, packed, i), q = sample_loss(padded_logits, padded, i);
     EXPECT_NEAR(p, ref, 1e-5) << "sample " << i;
     EXPECT_NEAR(q, ref, 1e-5) << "sample " << i;
@@ -338,7 +338,7 @@ TEST(MllmData, PackedLossEqualsOneByOneOnQwen2) {
     EXPECT_GT(ref, 1.0);  // a real loss, not an empty selection
   }
   // Without the segment mask the packed samples would see each other: the losses move.
-  at::Tensor leaky = model.forward(packed.input_ids, packed.position_ids);
+  at::Tensor leaky = model.forward(packed[mm::data::kInputIds], packed[mm::data::kPositionIds]);
   EXPECT_GT(std::abs(sample_loss(leaky, packed, 1) - sample_loss(packed_logits, packed, 1)), 1e-4);
   std::printf("packed vs one-by-one: max |loss difference| %.3g over %zu samples\n", max_diff, v.size());
 }
@@ -367,8 +367,9 @@ std::vector<std::vector<int64_t>> take(DataLoader& l, int k) {
   std::vector<std::vector<int64_t>> out;
   for (int i = 0; i < k; ++i) {
     Batch b = l.next();
-    std::vector<int64_t> ids(b.input_ids.data_ptr<int64_t>(), b.input_ids.data_ptr<int64_t>() + b.input_ids.numel());
-    ids.push_back(b.input_ids.size(1));
+    const at::Tensor& t = b[mm::data::kInputIds];
+    std::vector<int64_t> ids(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+    ids.push_back(t.size(1));
     out.push_back(ids);
   }
   return out;

@@ -237,7 +237,7 @@ TEST(Qwen2, FlopsPerTokenArithmetic) {
 
 TEST(Qwen2, RegistryBuildsFromHfConfig) {
   ASSERT_TRUE(mm::models::model_registry().has("qwen2"));
-  auto lm = mm::models::model_registry().get("qwen2")(tiny_json(), "test", false);
+  auto lm = mm::models::as_causal_lm(mm::models::model_registry().get("qwen2")(tiny_json(), "test", false), "test");
   EXPECT_EQ(lm->vocab_size(), 32);
   EXPECT_EQ(lm->blocks().size(), 2u);
   EXPECT_EQ(lm->hf_config()["num_key_value_heads"], 2);

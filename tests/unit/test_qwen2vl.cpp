@@ -105,11 +105,11 @@ TEST(Qwen2VL, PackedSamplesLossEqualsEachAlone) {
   at::NoGradGuard no_grad;
   auto run = [&](const mm::data::Batch& b) {
     MultimodalInputs in;
-    in.input_ids = b.input_ids;
-    in.segment_ids = b.segment_ids;
-    in.attn_mask = b.segment_ids.defined() ? segment_attention_mask(b.segment_ids) : at::Tensor();
-    in.pixel_values = b.pixel_values;
-    in.image_grid_thw = b.image_grid_thw;
+    in.input_ids = b[mm::data::kInputIds];
+    in.segment_ids = b[mm::data::kSegmentIds];
+    in.attn_mask = b[mm::data::kSegmentIds].defined() ? segment_attention_mask(b[mm::data::kSegmentIds]) : at::Tensor();
+    in.pixel_values = b[mm::data::kPixelValues];
+    in.image_grid_thw = b[mm::data::kImageGridThw];
     return vl->forward_multimodal(in);
   };
   mm::data::Batch packed = mm::data::collate_samples(samples, {true, 8, enc.pad_id()});
@@ -117,8 +117,8 @@ TEST(Qwen2VL, PackedSamplesLossEqualsEachAlone) {
   double max_diff = 0;
   for (int64_t i = 0; i < 3; ++i) {
     mm::data::Batch alone = mm::data::collate_samples({samples[i]}, {false, 1, enc.pad_id()});
-    const double ref = lm_cross_entropy(run(alone), alone.labels).item<double>();
-    const double got = lm_cross_entropy(lp, packed.labels.masked_fill(packed.segment_ids.ne(i), kIgnoreIndex)).item<double>();
+    const double ref = lm_cross_entropy(run(alone), alone[mm::data::kLabels]).item<double>();
+    const double got = lm_cross_entropy(lp, packed[mm::data::kLabels].masked_fill(packed[mm::data::kSegmentIds].ne(i), kIgnoreIndex)).item<double>();
     EXPECT_NEAR(got, ref, 1e-5) << "sample " << i;
     EXPECT_GT(ref, 1.0);
     max_diff = std::max(max_diff, std::abs(got - ref));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/checkpoint/safetensors.h"
+#include "corpora.h"
 #include "metrics_file.h"
 #include "run_command.h"
 
@@ -16,22 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 using mm::test::run_command;
 
-// A corpus of generated, varied sentences: enough rows for 20 steps without repeating an epoch.
-std::string make_corpus() {
-  const char* subj[] = {"the cat", "a dog", "my neighbour", "the old sailor", "every child", "the robot"};
-  const char* verb[] = {"likes", "paints", "watches", "remembers", "builds", "sells"};
-  const char* obj[] = {"red apples", "the sea", "tall towers", "quiet songs", "small boats", "warm bread"};
-  std::string s;
-  uint64_t x = 7;
-  for (int i = 0; i < 600; ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    s += std::string(subj[(x >> 33) % 6]) + " " + verb[(x >> 40) % 6] + " " + obj[(x >> 50) % 6] + ".\n\n";
-  }
-  return s;
-}
-
 std::string tiny_config(const std::string& dir, const std::string& save_dir) {
-  mm::test::write_file(dir + "/corpus.txt", make_corpus());
+  mm::test::write_file(dir + "/corpus.txt", mm::test::make_corpus(7));
   std::string text =
       "data:\n  paths: [" + dir + "/corpus.txt]\n  format: text\n  seq_len: 32\n  val_fraction: 0.1\n"
       "model:\n  id: qwen2\n  config:\n    hidden_size: 48\n    intermediate_size: 96\n    num_hidden_layers: 2\n"
@@ -44,17 +31,6 @@ std::string tiny_config(const std::string& dir, const std::string& save_dir) {
   return dir + "/cfg.yaml";
 }
 
-
-std::vector<double> val_losses(const std::string& metrics_path) {
-  std::vector<double> out;
-  std::istringstream in(mm::test::read_file(metrics_path));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) out.push_back(j["val_loss"].get<double>());
-  }
-  return out;
-}
 
 void expect_same_tensors(const std::string& a, const std::string& b) {
   mm::st::SafetensorsReader ra(a), rb(b);
@@ -105,7 +81,7 @@ TEST(TrainE2E, ExportedHFDirectoryReloadsToTheSameValidationLoss) {
   auto r2 = run_command(mm + " train " + cfg + " training.train_iters=0 training.save_dir= training.resume= "
                         "training.metrics_file=" + dir + "/m2.jsonl model.pretrained=" + dir + "/hf model.config={}");
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
-  auto v1 = val_losses(save + "/metrics.jsonl"), v2 = val_losses(dir + "/m2.jsonl");
+  auto v1 = mm::test::metrics_val_losses(save + "/metrics.jsonl"), v2 = mm::test::metrics_val_losses(dir + "/m2.jsonl");
   ASSERT_GE(v1.size(), 2u);
   ASSERT_GE(v2.size(), 1u);
   EXPECT_EQ(v1.back(), v2.front());

@@ -119,7 +119,7 @@ void mm_to_hf(bool qwen2_5) {
     json cfg = tiny_config(qwen2_5, t.name);
     cfg.erase("dtype");
     cfg["torch_dtype"] = t.name;
-    auto m = mm::models::model_registry().get(id, "model.id")(cfg, id, /*strict=*/false);
+    auto m = mm::models::as_causal_lm(mm::models::model_registry().get(id, "model.id")(cfg, id, /*strict=*/false), id);
     m->to(t.dtype);
     m->init_weights(17);
     mm::test::perturb_norms_and_biases(*m, 18);

@@ -35,19 +35,19 @@ Batch collate_samples(const std::vector<EncodedSample>& samples, const CollatorO
 
   Batch b;
   b.num_samples = n;
-  b.input_ids = at::full({rows, S}, o.pad_id, at::kLong);
-  b.labels = at::full({rows, S}, kIgnoreLabel, at::kLong);
-  b.attention_mask = at::zeros({rows, S}, at::kLong);
-  b.position_ids = at::zeros({rows, S}, at::kLong);
-  if (o.packing) {
-    b.segment_ids = at::full({rows, S}, -1, at::kLong);
-    b.cu_seqlens = at::zeros({n + 1}, at::kInt);
-  }
-  auto ids = b.input_ids.accessor<int64_t, 2>();
-  auto lab = b.labels.accessor<int64_t, 2>();
-  auto mask = b.attention_mask.accessor<int64_t, 2>();
-  auto pos = b.position_ids.accessor<int64_t, 2>();
-  int64_t offset = 0;
+  at::Tensor input_ids = at::full({rows, S}, o.pad_id, at::kLong);
+  at::Tensor labels = at::full({rows, S}, kIgnoreLabel, at::kLong);
+  at::Tensor attention_mask = at::zeros({rows, S}, at::kLong);
+  at::Tensor position_ids = at::zeros({rows, S}, at::kLong);
+  at::Tensor segment_ids, cu_seqlens;
+  if (o.packing) segment_ids = at::full({rows, S}, -1, at::kLong);
+  std::vector<int32_t> cu = {0};
+  std::vector<double> second_per_grid;
+  auto ids = input_ids.accessor<int64_t, 2>();
+  auto lab = labels.accessor<int64_t, 2>();
+  auto mask = attention_mask.accessor<int64_t, 2>();
+  auto pos = position_ids.accessor<int64_t, 2>();
+  int64_t offset = 0, longest_segment = 0;
   for (int64_t i = 0; i < n; ++i) {
     const auto& s = samples[i];
     const int64_t len = static_cast<int64_t>(s.input_ids.size());
@@ -59,23 +59,39 @@ Batch collate_samples(const std::vector<EncodedSample>& samples, const CollatorO
       pos[row][start + t] = t;
     }
     if (o.packing) {
-      b.segment_ids[0].narrow(0, start, len).fill_(i);
+      segment_ids[0].narrow(0, start, len).fill_(i);
       offset += len;
-      b.cu_seqlens[i + 1] = static_cast<int32_t>(offset);
+      cu.push_back(static_cast<int32_t>(offset));
+      longest_segment = std::max(longest_segment, len);
     }
     b.sources.push_back(s.source);
-    b.video_second_per_grid.insert(b.video_second_per_grid.end(), s.video_second_per_grid.begin(),
-                                   s.video_second_per_grid.end());
+    second_per_grid.insert(second_per_grid.end(), s.video_second_per_grid.begin(), s.video_second_per_grid.end());
   }
   // Padding positions keep counting so RoPE tables stay well-defined; they are masked anyway.
   if (!o.packing) {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t t = static_cast<int64_t>(samples[i].input_ids.size()); t < S; ++t) pos[i][t] = t;
   }
-  b.pixel_values = cat_defined(samples, &EncodedSample::pixel_values);
-  b.image_grid_thw = cat_defined(samples, &EncodedSample::image_grid_thw);
-  b.pixel_values_videos = cat_defined(samples, &EncodedSample::pixel_values_videos);
-  b.video_grid_thw = cat_defined(samples, &EncodedSample::video_grid_thw);
+  b.set(kInputIds, input_ids);
+  b.set(kLabels, labels);
+  b.set(kAttentionMask, attention_mask);
+  b.set(kPositionIds, position_ids);
+  if (o.packing) {
+    // The padding after the samples is a segment of its own, so the boundaries cover every token.
+    if (offset < S) {
+      cu.push_back(static_cast<int32_t>(S));
+      longest_segment = std::max(longest_segment, S - offset);
+    }
+    b.set(kSegmentIds, segment_ids);
+    b.set(kCuSeqlens, at::tensor(cu, at::kInt));
+    b.set(kMaxSeqlen, at::scalar_tensor(longest_segment, at::kLong), /*host=*/true);
+  }
+  b.set(kPixelValues, cat_defined(samples, &EncodedSample::pixel_values));
+  b.set(kImageGridThw, cat_defined(samples, &EncodedSample::image_grid_thw), /*host=*/true);
+  b.set(kPixelValuesVideos, cat_defined(samples, &EncodedSample::pixel_values_videos));
+  b.set(kVideoGridThw, cat_defined(samples, &EncodedSample::video_grid_thw), /*host=*/true);
+  if (!second_per_grid.empty())
+    b.set(kVideoSecondPerGrid, at::tensor(second_per_grid, at::kDouble), /*host=*/true);
   return b;
 }
 

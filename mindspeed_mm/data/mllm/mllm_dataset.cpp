@@ -23,10 +23,8 @@ int64_t count_placeholder(const std::string& text, const std::string& placeholde
   return n;
 }
 
-namespace {
-
 // Parses one record; returns the reason it is unusable, or "" with `out` filled.
-std::string parse_record(const json& j, const MllmAttr& a, const fs::path& root, MllmRecord& out) {
+std::string parse_mllm_record(const json& j, const MllmAttr& a, const fs::path& root, MllmRecord& out) {
   if (!j.is_object()) return "not a JSON object";
   if (!j.contains(a.messages)) return cat("no '", a.messages, "' field");
   const json& msgs = j.at(a.messages);
@@ -97,7 +95,19 @@ std::string parse_record(const json& j, const MllmAttr& a, const fs::path& root,
   return "";
 }
 
-}  // namespace
+std::string record_key(const MllmRecord& r, const std::string& media_root) {
+  const fs::path root(media_root);
+  std::string k;
+  for (auto& m : r.messages) k += m.role + '\x1f' + m.content + '\x1e';
+  for (const auto* paths : {&r.images, &r.videos}) {
+    for (auto& p : *paths) {
+      const fs::path rel = fs::path(p).lexically_relative(root);
+      k += (rel.empty() ? fs::path(p) : rel).generic_string() + '\x1d';
+    }
+    k += '\x1c';
+  }
+  return k;
+}
 
 MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr, const std::string& media_root) {
   auto bytes = read_file_bytes(path);
@@ -108,7 +118,7 @@ MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr, const std
   out.media_root = root.string();
   auto add = [&](const json& j, const std::string& where) {
     MllmRecord r;
-    std::string why = parse_record(j, attr, root, r);
+    std::string why = parse_mllm_record(j, attr, root, r);
     if (!why.empty()) {
       out.bad.push_back({where, why});
       return;

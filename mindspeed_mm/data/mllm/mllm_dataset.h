@@ -15,7 +15,10 @@
 // goes on. Media are not opened here; the sample encoder does that on loader threads.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,15 @@ struct MllmFile {
 // Reads one data file. mm::Error naming the path when it cannot be read at all (missing, or a
 // .json file that is not valid JSON); per-record problems become `bad`.
 MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr = {}, const std::string& media_root = "");
+
+// One record from its JSON object; returns why it cannot be a sample, or "" with `out` filled
+// (media paths resolved against root; `source` left to the caller).
+std::string parse_mllm_record(const nlohmann::json& j, const MllmAttr& attr, const std::filesystem::path& root,
+                              MllmRecord& out);
+
+// A stable content key of a record for the train/val split: its texts and its media paths relative
+// to the media root, so the split is the same wherever the dataset is stored.
+std::string record_key(const MllmRecord& r, const std::string& media_root);
 
 // Placeholder occurrences of "<image>" / "<video>" in the text.
 int64_t count_placeholder(const std::string& text, const std::string& placeholder);

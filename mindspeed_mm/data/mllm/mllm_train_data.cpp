@@ -1,4 +1,4 @@
-// The "mllm" dataset of `mm train`: data.paths (with data.weights) read as mllm records, a
+// The "mllm" dataset of `mm train`: data.paths (with data.weights) indexed as mllm records, a
 // validation split (data.val_paths, or data.val_fraction of the records by content hash), the
 // sample encoder and collator, and the threaded DataLoader sharded by data-parallel rank.
 #include <filesystem>
@@ -9,6 +9,7 @@
 #include "mindspeed_mm/data/loader.h"
 #include "mindspeed_mm/data/mllm/mllm_dataset.h"
 #include "mindspeed_mm/data/mllm/mllm_options.h"
+#include "mindspeed_mm/data/mllm/record_index.h"
 #include "mindspeed_mm/data/text_dataset.h"
 #include "mindspeed_mm/data/tokenizer/byte_chat_tokenizer.h"
 
@@ -63,21 +64,16 @@ void report_bad_records(const std::string& path, const std::vector<BadRecord>& b
   if (bad.size() > kShown) log::warn("data: ... and ", bad.size() - kShown, " more bad records in ", path);
 }
 
-// A stable content key of a record for the train/val split: its texts and its media paths relative
-// to the media root, so the split is the same wherever the dataset is stored.
-std::string record_key(const MllmRecord& r, const std::string& media_root) {
-  const std::filesystem::path root(media_root);
-  std::string k;
-  for (auto& m : r.messages) k += m.role + '\x1f' + m.content + '\x1e';
-  for (const auto* paths : {&r.images, &r.videos}) {
-    for (auto& p : *paths) {
-      const std::filesystem::path rel = std::filesystem::path(p).lexically_relative(root);
-      k += (rel.empty() ? std::filesystem::path(p) : rel).generic_string() + '\x1d';
-    }
-    k += '\x1c';
+// Records of several indexed files, each referred to by (file, record) in one 64-bit number.
+struct RecordTable {
+  std::vector<std::unique_ptr<MllmRecordIndex>> files;
+  static int64_t ref(size_t file, int64_t record) { return (static_cast<int64_t>(file) << 40) | record; }
+  size_t add(const std::string& path, const MllmAttr& attr, const std::string& media_root) {
+    files.push_back(std::make_unique<MllmRecordIndex>(path, attr, media_root));
+    return files.size() - 1;
   }
-  return k;
-}
+  MllmRecord get(int64_t ref) const { return files[static_cast<size_t>(ref >> 40)]->record(ref & ((int64_t(1) << 40) - 1)); }
+};
 
 class MllmStream : public BatchStream {
  public:
@@ -101,27 +97,28 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   const std::string collator_id = c.collator.empty() ? "padded" : c.collator;
   SampleCollator collate = collator_registry().get(collator_id, "data.collator")(c, encoder->pad_id());
 
-  // Records: every path is one dataset of the mixture.
-  std::vector<std::vector<MllmRecord>> sets;
-  auto val = std::make_shared<std::vector<MllmRecord>>();
+  // Records: every path is one dataset of the mixture, indexed rather than read: a file keeps
+  // its good records' offsets, a record is parsed when the loader asks for it (record_index.h).
+  auto table = std::make_shared<RecordTable>();
+  std::vector<std::vector<int64_t>> sets;  // per file: its training records, as table references
+  auto val = std::make_shared<std::vector<int64_t>>();
   int64_t bad_records = 0, good_records = 0;
   for (const auto& path : c.paths) {
-    MllmFile f = read_mllm_file(path, attr, c.media_root);
-    report_bad_records(path, f.bad);
-    bad_records += static_cast<int64_t>(f.bad.size());
-    good_records += static_cast<int64_t>(f.records.size());
-    std::vector<MllmRecord> train;
-    for (auto& r : f.records) {
-      const bool is_val = c.val_paths.empty() && c.val_fraction > 0 &&
-                          is_validation_document(record_key(r, f.media_root), c.val_fraction, static_cast<uint64_t>(c.seed));
-      (is_val ? *val : train).push_back(std::move(r));
-    }
+    const size_t f = table->add(path, attr, c.media_root);
+    const MllmRecordIndex& index = *table->files[f];
+    report_bad_records(path, index.bad());
+    bad_records += static_cast<int64_t>(index.bad().size());
+    good_records += index.size();
+    const std::vector<bool> is_val = c.val_paths.empty() ? index.validation_split(c.val_fraction, static_cast<uint64_t>(c.seed))
+                                                         : std::vector<bool>(static_cast<size_t>(index.size()), false);
+    std::vector<int64_t> train;
+    for (int64_t r = 0; r < index.size(); ++r) (is_val[static_cast<size_t>(r)] ? *val : train).push_back(RecordTable::ref(f, r));
     sets.push_back(std::move(train));
   }
   for (const auto& path : c.val_paths) {
-    MllmFile f = read_mllm_file(path, attr, c.media_root);
-    report_bad_records(path, f.bad);
-    for (auto& r : f.records) val->push_back(std::move(r));
+    const size_t f = table->add(path, attr, c.media_root);
+    report_bad_records(path, table->files[f]->bad());
+    for (int64_t r = 0; r < table->files[f]->size(); ++r) val->push_back(RecordTable::ref(f, r));
   }
   const int64_t read = bad_records + good_records;
   if (read > 0 && bad_records > c.max_bad_fraction * static_cast<double>(read))
@@ -130,16 +127,13 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
 
   std::vector<int64_t> sizes;
   for (auto& s : sets) sizes.push_back(static_cast<int64_t>(s.size()));
-  auto records = std::make_shared<std::vector<MllmRecord>>();
-  auto record_ids = std::make_shared<std::vector<int64_t>>();  // a repeated record keeps one id
-  std::vector<int64_t> first_id(sizes.size(), 0);
-  for (size_t i = 1; i < sizes.size(); ++i) first_id[i] = first_id[i - 1] + sizes[i - 1];
-  for (const MixEntry& e : build_mixture(sizes, c.weights, static_cast<uint64_t>(c.seed))) {
-    records->push_back(sets[e.dataset][static_cast<size_t>(e.index)]);
-    record_ids->push_back(first_id[e.dataset] + e.index);
-  }
-  sets.clear();
-  const int64_t n = static_cast<int64_t>(records->size());
+  // The epoch's entries as table references: a repeated record keeps its reference, which is
+  // also its key for the loader's bad-sample bookkeeping.
+  auto mix = std::make_shared<std::vector<int64_t>>();
+  for (const MixEntry& e : build_mixture(sizes, c.weights, static_cast<uint64_t>(c.seed)))
+    mix->push_back(sets[e.dataset][static_cast<size_t>(e.index)]);
+  std::vector<std::vector<int64_t>>().swap(sets);
+  const int64_t n = static_cast<int64_t>(mix->size());
   log::info("data: ", n, " training samples from ", c.paths.size(), " file(s), ", val->size(), " validation samples, ",
             bad_records, " malformed record(s) skipped");
 
@@ -147,7 +141,7 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   if (c.group_by_length) {
     std::vector<int64_t> lengths(static_cast<size_t>(n));
     parallel_for(static_cast<size_t>(n), static_cast<int>(std::max<int64_t>(1, c.num_workers)),
-                 [&](size_t i) { lengths[i] = encoder->estimate_length((*records)[i]); });
+                 [&](size_t i) { lengths[i] = encoder->estimate_length(table->get((*mix)[i])); });
     sampler.group_by_length(std::move(lengths), ctx.world * ctx.micro_batch_size * 50);
   }
   LoaderOptions lo;
@@ -156,20 +150,25 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
   lo.prefetch = c.prefetch;
   lo.max_bad_fraction = c.max_bad_fraction;
   lo.min_samples_for_bad_check = std::min<int64_t>(lo.min_samples_for_bad_check, n);
-  lo.sample_key = [record_ids](int64_t i) { return (*record_ids)[static_cast<size_t>(i)]; };
+  lo.sample_key = [mix](int64_t i) { return (*mix)[static_cast<size_t>(i)]; };
   auto loader = std::make_unique<DataLoader>(
-      n, [encoder, records](int64_t i) { return encoder->encode((*records)[static_cast<size_t>(i)]); }, collate,
-      std::move(sampler), lo);
+      n, [encoder, table, mix](int64_t i) { return encoder->encode(table->get((*mix)[static_cast<size_t>(i)])); },
+      collate, std::move(sampler), lo);
 
   TrainData d;
   d.train = std::make_unique<MllmStream>(std::move(loader), bad_records);
+  for (auto f : {kInputIds, kLabels, kAttentionMask, kPositionIds, kPixelValues, kImageGridThw, kPixelValuesVideos,
+                 kVideoGridThw, kVideoSecondPerGrid})
+    d.fields.emplace_back(f);
+  if (collator_id == "packed")
+    for (auto f : {kSegmentIds, kCuSeqlens, kMaxSeqlen}) d.fields.emplace_back(f);
   d.vocab_size = encoder->tokenizer().vocab_size();
   d.eos_id = encoder->eos_id();
   d.encode = [encoder](std::string_view s) { return encoder->tokenizer().encode(s, false); };
   d.decode = [encoder](const std::vector<int64_t>& ids) { return encoder->tokenizer().decode(ids, true); };
   if (!val->empty()) {
     const int threads = static_cast<int>(std::max<int64_t>(1, c.num_workers));
-    d.val = [encoder, val, collate, threads](int64_t batch, int64_t max_batches, int64_t shard, int64_t num_shards,
+    d.val = [encoder, table, val, collate, threads](int64_t batch, int64_t max_batches, int64_t shard, int64_t num_shards,
                                              const std::function<void(const Batch&)>& fn) {
       // In file order; bad samples are left out (warned once each per pass).
       const int64_t total = static_cast<int64_t>(val->size());
@@ -182,7 +181,7 @@ TrainData make_mllm_data(const config::DataConfig& c, const DataContext& ctx) {
         std::vector<std::string> errors(static_cast<size_t>(count));
         parallel_for(static_cast<size_t>(count), threads, [&](size_t i) {
           try {
-            enc[i] = encoder->encode((*val)[start + i]);
+            enc[i] = encoder->encode(table->get((*val)[start + i]));
           } catch (const std::exception& e) {
             errors[i] = e.what();
           }

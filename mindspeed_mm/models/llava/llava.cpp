@@ -308,14 +308,11 @@ at::Tensor LlavaForConditionalGeneration::forward_multimodal(const MultimodalInp
   MM_CHECK(!in.pixel_values_videos.defined(), "llava: the model takes images only, not videos");
   at::Tensor h = language_model->model->embed_tokens->forward(in.input_ids);
   if (in.pixel_values.defined()) {
-    at::Tensor features = image_features(in.pixel_values).to(h.scalar_type());
-    features = features.reshape({-1, features.size(-1)});
-    at::Tensor mask = in.input_ids.eq(config.image_token_index);
-    const int64_t pads = mask.sum().item<int64_t>();
-    MM_CHECK(pads == features.size(0), "llava: ", pads, " image tokens (id ", config.image_token_index, ") but ",
-             in.pixel_values.size(0), " image(s) give ", features.size(0), " features (", config.image_tokens(),
-             " each: set data.processor.image_tokens to ", config.image_tokens(), ")");
-    h = h.masked_scatter(mask.unsqueeze(-1), features);
+    at::Tensor features = image_features(in.pixel_values);
+    h = place_vision_features(h, in.input_ids, config.image_token_index, features.reshape({-1, features.size(-1)}),
+                              "llava", "image",
+                              cat(" for ", in.pixel_values.size(0), " image(s), ", config.image_tokens(),
+                                  " each: set data.processor.image_tokens to ", config.image_tokens()));
   }
   return language_model->forward_embeds(h, in);
 }

@@ -103,6 +103,7 @@ class LlavaForConditionalGeneration : public CausalLM {
  public:
   explicit LlavaForConditionalGeneration(const LlavaConfig& c, at::ScalarType dtype = at::kFloat);
 
+  using CausalLM::forward;  // forward(const data::Batch&) too
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const at::Tensor& attn_mask = {}) override;
   at::Tensor forward_multimodal(const MultimodalInputs& in) override;
@@ -112,7 +113,14 @@ class LlavaForConditionalGeneration : public CausalLM {
   nlohmann::json hf_config() const override { return config.to_json(); }
   double flops_per_token(int64_t seq_len) const override { return config.text.flops_per_token(seq_len); }
   double training_flops(const MultimodalInputs& in) const override;
+  using CausalLM::training_flops;
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override { return language_model->blocks(); }
+  PlanTable plans() const override {
+    return {{"vision_tower.vision_model.encoder.layers.{*}", "language_model.model.layers.{*}"}};
+  }
+  std::vector<ModelPart> parts() const override {
+    return {{"vision_tower", "vision_tower."}, {"projector", "multi_modal_projector."}, {"language_model", "language_model."}};
+  }
   int64_t vocab_size() const override { return config.text.vocab_size; }
   bool has_vision() const override { return true; }
   std::string parameter_name(const std::string& checkpoint_name) const override;

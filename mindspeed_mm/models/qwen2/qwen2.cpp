@@ -338,12 +338,8 @@ at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const Multimoda
                        : at::arange(past, past + S, at::TensorOptions().dtype(at::kLong).device(h.device()))
                              .unsqueeze(0)
                              .expand({B, S});
-  mm::nn::ForwardContext ctx = model->make_context(pos, h.scalar_type());
-  ctx.attn_mask = in.attn_mask;
-  ctx.cu_seqlens = in.cu_seqlens;
-  ctx.max_seqlen = in.max_seqlen;
-  ctx.kv_cache = in.kv_cache;
-  return logits(model->forward(h, ctx));
+  const mm::nn::ForwardContext rope = model->make_context(pos, h.scalar_type());
+  return logits(model->forward(h, decoder_context(rope.cos, rope.sin, h.scalar_type(), in)));
 }
 
 void Qwen2ForCausalLM::init_weights(uint64_t seed) {

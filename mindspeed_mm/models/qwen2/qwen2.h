@@ -113,6 +113,8 @@ class Qwen2ForCausalLM : public CausalLM {
  public:
   explicit Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype = at::kFloat);
 
+  using CausalLM::forward;  // forward(const data::Batch&) too
+  PlanTable plans() const override { return {{"model.layers.{*}"}}; }
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const at::Tensor& attn_mask = {}) override;
   // The token fields of `in`; with in.kv_cache, positions continue after the cached tokens.

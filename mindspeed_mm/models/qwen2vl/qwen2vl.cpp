@@ -160,12 +160,7 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   auto place = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, const char* what) {
     if (!pixels.defined()) return;
     MM_CHECK(grid.defined(), "qwen2_vl: ", what, " pixels come without their grid_thw");
-    at::Tensor features = visual->forward(pixels, grid).to(h.scalar_type());
-    at::Tensor mask = in.input_ids.eq(token);
-    const int64_t pads = mask.sum().item<int64_t>();
-    MM_CHECK(pads == features.size(0), "qwen2_vl: ", pads, " ", what, " pad tokens but the vision tower gave ",
-             features.size(0), " features");
-    h = h.masked_scatter(mask.unsqueeze(-1), features);
+    h = place_vision_features(h, in.input_ids, token, visual->forward(pixels, grid), "qwen2_vl", what);
   };
   place(in.pixel_values, in.image_grid_thw, vl_config.rope_index.image_token_id, "image");
   place(in.pixel_values_videos, in.video_grid_thw, vl_config.rope_index.video_token_id, "video");
@@ -186,15 +181,7 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   const auto table_dtype = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor inv = rope_inv_freq(config.head_dim(), config.rope_theta, table_dtype, h.device());
   auto [cos, sin] = mrope_cos_sin(pos, inv, vl_config.mrope_section);
-  mm::nn::ForwardContext ctx;
-  ctx.cos = cos.to(h.scalar_type());
-  ctx.sin = sin.to(h.scalar_type());
-  ctx.causal = true;
-  ctx.attn_mask = in.attn_mask;
-  ctx.cu_seqlens = in.cu_seqlens;
-  ctx.max_seqlen = in.max_seqlen;
-  ctx.kv_cache = in.kv_cache;
-  return logits(model->forward(h, ctx));
+  return logits(model->forward(h, decoder_context(cos, sin, h.scalar_type(), in)));
 }
 
 double Qwen2VLForConditionalGeneration::training_flops(const MultimodalInputs& in) const {

@@ -48,6 +48,11 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   nlohmann::json hf_config() const override { return vl_config.to_json(); }
   // The decoder's FLOPs on the real tokens plus the vision tower's on the batch's grids.
   double training_flops(const MultimodalInputs& in) const override;
+  using CausalLM::training_flops;
+  PlanTable plans() const override { return {{"visual.blocks.{*}", "model.layers.{*}"}}; }
+  std::vector<ModelPart> parts() const override {
+    return {{"vision_tower", "visual."}, {"projector", "visual.merger."}, {"language_model", ""}};
+  }
   std::string type_name() const override {
     return vl_config.qwen2_5 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration";
   }

@@ -1,0 +1,327 @@
+#include "mindspeed_mm/data/mllm/record_index.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/data/text_dataset.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace mm::data {
+
+// The file, read-only mapped (null for an empty file).
+struct MllmRecordIndex::Mapping {
+  const char* data = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (data) ::munmap(const_cast<char*>(data), size);
+  }
+};
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'M', 'R', 'I', 'D', 'X', '0', '1'};
+
+uint64_t fnv(uint64_t h, std::string_view s) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ULL;
+  return (h ^ 0xFF) * 0x100000001B3ULL;  // a separator, so ("ab","c") and ("a","bc") differ
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+// The end of the JSON value starting at `pos` (one past its last character), skipping strings
+// and nesting; `size` when the text ends first.
+size_t value_end(const char* t, size_t pos, size_t size) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = pos; i < size; ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') {
+      if (depth == 0) return i;  // the enclosing array's end
+      --depth;
+    } else if (c == ',' && depth == 0) {
+      return i;
+    }
+  }
+  return size;
+}
+
+template <class T>
+void put(std::ofstream& out, const T& v) {
+  out.write(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <class T>
+void put_vec(std::ofstream& out, const std::vector<T>& v) {
+  if (!v.empty()) out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+}
+void put_str(std::ofstream& out, const std::string& s) {
+  put(out, static_cast<uint32_t>(s.size()));
+  out.write(s.data(), static_cast<std::streamsize>(s.size()));
+}
+template <class T>
+bool get(std::ifstream& in, T& v) {
+  return static_cast<bool>(in.read(reinterpret_cast<char*>(&v), sizeof(T)));
+}
+template <class T>
+bool get_vec(std::ifstream& in, std::vector<T>& v, uint64_t n) {
+  v.resize(n);
+  return n == 0 || static_cast<bool>(in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T))));
+}
+bool get_str(std::ifstream& in, std::string& s) {
+  uint32_t n = 0;
+  if (!get(in, n) || n > (1u << 20)) return false;
+  s.resize(n);
+  return n == 0 || static_cast<bool>(in.read(s.data(), n));
+}
+
+struct Header {
+  uint64_t settings = 0, file_size = 0;
+  int64_t mtime_ns = 0;
+  uint64_t array = 0, good = 0, skips = 0, bad = 0;
+};
+
+std::string cache_path(const std::string& path) { return path + ".mmidx"; }
+
+}  // namespace
+
+MllmRecordIndex::MllmRecordIndex(const std::string& path, const MllmAttr& attr, const std::string& media_root)
+    : path_(path), name_(fs::path(path).filename().string()), attr_(attr), map_(std::make_unique<Mapping>()) {
+  const fs::path root = media_root.empty() ? fs::path(path).parent_path() : fs::path(media_root);
+  media_root_ = root.string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  MM_CHECK(fd >= 0, "data: cannot read '", path, "': ", std::strerror(errno));
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    throw Error(cat("data: '", path, "' is not a regular file"));
+  }
+  file_size_ = static_cast<uint64_t>(sb.st_size);
+  mtime_ns_ = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000 + sb.st_mtim.tv_nsec;
+  if (file_size_ > 0) {
+    void* p = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    MM_CHECK(p != MAP_FAILED, "data: cannot map '", path, "': ", std::strerror(err));
+    map_->data = static_cast<const char*>(p);
+    map_->size = file_size_;
+  } else {
+    ::close(fd);
+  }
+  // What a record's parse depends on besides the bytes: the field names and the media root.
+  uint64_t settings = 0xCBF29CE484222325ULL;
+  const std::string& root_str = media_root_;
+  for (const std::string* s : {&attr.messages, &attr.images, &attr.videos, &attr.system, &attr.role_tag,
+                               &attr.content_tag, &attr.user_tag, &attr.assistant_tag, &attr.system_tag, &root_str})
+    settings = fnv(settings, *s);
+  if (load_cache(settings)) return;
+  scan();
+  offsets_.shrink_to_fit();
+  lengths_.shrink_to_fit();
+  write_cache(settings);
+}
+
+MllmRecordIndex::~MllmRecordIndex() = default;
+
+void MllmRecordIndex::scan() {
+  const char* t = map_->data;
+  const size_t size = map_->size;
+  int64_t skipped = 0;
+  auto note_skip = [&] {
+    ++skipped;
+    const int64_t next_good = static_cast<int64_t>(offsets_.size());
+    if (!skips_.empty() && skips_.back().first == next_good) skips_.back().second = skipped;
+    else skips_.emplace_back(next_good, skipped);
+  };
+  auto take = [&](std::string_view text, uint64_t offset, const std::string& where) {
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      bad_.push_back({where, "not valid JSON"});
+      return false;
+    }
+    MllmRecord r;
+    std::string why = parse_mllm_record(j, attr_, media_root_, r);
+    if (!why.empty()) {
+      bad_.push_back({where, why});
+      return false;
+    }
+    offsets_.push_back(offset);
+    hashes_.push_back(document_hash(record_key(r, media_root_)));
+    return true;
+  };
+  size_t first = 0;
+  while (first < size && is_space(t[first])) ++first;
+  array_ = first < size && t[first] == '[';
+  if (array_) {
+    const std::string broken = cat("data: '", path_, "' starts with '[' but is not a valid JSON array");
+    size_t pos = first + 1;
+    int64_t element = 0;
+    while (true) {
+      while (pos < size && is_space(t[pos])) ++pos;
+      MM_CHECK(pos < size, broken);
+      if (t[pos] == ']' && element == 0) {
+        ++pos;
+        break;
+      }
+      const size_t end = value_end(t, pos, size);
+      MM_CHECK(end < size, broken);
+      size_t last = end;
+      while (last > pos && is_space(t[last - 1])) --last;
+      MM_CHECK(last > pos, broken);
+      const std::string_view text(t + pos, last - pos);
+      MM_CHECK(json::accept(text), broken);
+      if (take(text, pos, cat(name_, "[", element, "]"))) lengths_.push_back(static_cast<uint32_t>(last - pos));
+      else note_skip();
+      ++element;
+      pos = end + 1;
+      if (t[end] == ']') break;
+    }
+    for (size_t i = pos; i < size; ++i) MM_CHECK(is_space(t[i]), broken);
+    return;
+  }
+  int64_t line_no = 0;
+  for (size_t pos = 0; pos < size;) {
+    const char* nl = static_cast<const char*>(std::memchr(t + pos, '\n', size - pos));
+    const size_t end = nl ? static_cast<size_t>(nl - t) : size;
+    ++line_no;
+    const std::string_view line(t + pos, end - pos);
+    const size_t at = pos;
+    pos = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+      note_skip();
+      continue;
+    }
+    if (!take(line, at, cat(name_, ":", line_no))) note_skip();
+  }
+}
+
+int64_t MllmRecordIndex::position(int64_t i) const {
+  auto it = std::upper_bound(skips_.begin(), skips_.end(), std::make_pair(i, INT64_MAX));
+  return i + (it == skips_.begin() ? 0 : std::prev(it)->second);
+}
+
+MllmRecord MllmRecordIndex::record(int64_t i) const {
+  MM_CHECK(i >= 0 && i < size(), "data: record ", i, " of '", path_, "' is out of range (", size(), " records)");
+  const char* t = map_->data;
+  const uint64_t start = offsets_[static_cast<size_t>(i)];
+  size_t end;
+  if (array_) {
+    end = start + lengths_[static_cast<size_t>(i)];
+  } else {
+    const char* nl = static_cast<const char*>(std::memchr(t + start, '\n', map_->size - start));
+    end = nl ? static_cast<size_t>(nl - t) : map_->size;
+  }
+  const std::string where = array_ ? cat(name_, "[", position(i), "]") : cat(name_, ":", position(i) + 1);
+  json j = json::parse(std::string_view(t + start, end - start), nullptr, /*allow_exceptions=*/false);
+  MllmRecord r;
+  const std::string why = j.is_discarded() ? "not valid JSON" : parse_mllm_record(j, attr_, media_root_, r);
+  MM_CHECK(why.empty(), "data: ", where, " changed since '", path_, "' was opened: ", why);
+  r.source = where;
+  return r;
+}
+
+std::vector<bool> MllmRecordIndex::validation_split(double val_fraction, uint64_t seed) const {
+  std::vector<bool> out(offsets_.size(), false);
+  if (!(val_fraction > 0)) return out;
+  if (!hashes_.empty() || offsets_.empty()) {
+    for (size_t i = 0; i < hashes_.size(); ++i) out[i] = is_validation_hash(hashes_[i], val_fraction, seed);
+    return out;
+  }
+  // The hashes stay in the cache file: read them in chunks.
+  std::ifstream in(cache_path(path_), std::ios::binary);
+  MM_CHECK(in, "data: the index of '", path_, "' disappeared while in use");
+  const uint64_t n = offsets_.size();
+  const std::streamoff at = static_cast<std::streamoff>(sizeof(kMagic) + sizeof(Header) + n * 8 +
+                                                        (array_ ? n * 4 : 0) + skips_.size() * 16);
+  in.seekg(at);
+  std::vector<uint64_t> chunk(1 << 16);
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t k = std::min<uint64_t>(chunk.size(), n - done);
+    MM_CHECK(in.read(reinterpret_cast<char*>(chunk.data()), static_cast<std::streamsize>(k * 8)),
+             "data: the index of '", path_, "' is truncated");
+    for (uint64_t j = 0; j < k; ++j) out[done + j] = is_validation_hash(chunk[j], val_fraction, seed);
+    done += k;
+  }
+  return out;
+}
+
+int64_t MllmRecordIndex::resident_bytes() const {
+  return static_cast<int64_t>(offsets_.capacity() * 8 + lengths_.capacity() * 4 + skips_.capacity() * 16 +
+                              hashes_.capacity() * 8);
+}
+
+bool MllmRecordIndex::load_cache(uint64_t settings) {
+  std::ifstream in(cache_path(path_), std::ios::binary);
+  if (!in) return false;
+  char magic[sizeof(kMagic)];
+  Header h;
+  if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0 || !get(in, h)) return false;
+  if (h.settings != settings || h.file_size != file_size_ || h.mtime_ns != mtime_ns_) return false;
+  array_ = h.array != 0;
+  if (!get_vec(in, offsets_, h.good) || (array_ && !get_vec(in, lengths_, h.good))) return false;
+  skips_.resize(h.skips);
+  for (auto& s : skips_)
+    if (!get(in, s.first) || !get(in, s.second)) return false;
+  in.seekg(static_cast<std::streamoff>(h.good * 8), std::ios::cur);  // the hashes: read when splitting
+  bad_.resize(h.bad);
+  for (auto& b : bad_)
+    if (!get_str(in, b.source) || !get_str(in, b.reason)) return false;
+  for (uint64_t o : offsets_)
+    if (o >= file_size_) return false;
+  from_cache_ = true;
+  return true;
+}
+
+void MllmRecordIndex::write_cache(uint64_t settings) {
+  const std::string final_path = cache_path(path_);
+  const std::string tmp = cat(final_path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return;  // a read-only folder: the next open scans again
+    out.write(kMagic, sizeof(kMagic));
+    Header h{settings, file_size_, mtime_ns_, array_ ? 1u : 0u, offsets_.size(), skips_.size(), bad_.size()};
+    put(out, h);
+    put_vec(out, offsets_);
+    if (array_) put_vec(out, lengths_);
+    for (const auto& s : skips_) {
+      put(out, s.first);
+      put(out, s.second);
+    }
+    put_vec(out, hashes_);
+    for (const auto& b : bad_) {
+      put_str(out, b.source);
+      put_str(out, b.reason);
+    }
+    if (!out.flush()) {
+      out.close();
+      fs::remove(tmp);
+      return;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, final_path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return;
+  }
+  // Written: the hashes are read back from the file when the split needs them.
+  std::vector<uint64_t>().swap(hashes_);
+}
+
+}  // namespace mm::data

@@ -1,0 +1,94 @@
+// Causal language models: next-token logits from tokens, and from the images and videos a
+// vision-language model puts in front of its decoder. forward(Batch) reads the batch fields
+// (data/batch.h) into MultimodalInputs, the form the decoders and generation use.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/models/model.h"
+
+namespace mm::nn {
+struct KVCache;
+}
+
+namespace mm::models {
+
+// A batch as a language model's forward sees it. Vision fields are undefined when a batch has
+// no images or videos.
+struct MultimodalInputs {
+  at::Tensor input_ids, position_ids, attn_mask;  // as forward()
+  at::Tensor attention_mask;                      // int64 [B, S], 1 = real token (undefined: all)
+  at::Tensor segment_ids;                         // packed rows: the sample of each token, -1 = padding
+  // Packed rows without a mask (instead of attn_mask): int32 boundaries over the flattened B*S
+  // tokens, every token in exactly one segment and no segment across rows (packed_cu_seqlens),
+  // and the longest segment. On CUDA they go to the varlen flash kernel.
+  at::Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
+  at::Tensor pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw;
+  std::vector<double> video_second_per_grid;
+  // Incremental decoding (mindspeed_mm/models/common/kv_cache.h): the keys and values of the
+  // tokens before input_ids; input_ids are appended. Positions continue after the cache.
+  mm::nn::KVCache* kv_cache = nullptr;
+};
+
+// The batch's fields as MultimodalInputs. attention: also how attention sees packed rows (a
+// per-sample mask [B, 1, S, S] on the CPU; cu_seqlens for the varlen kernel on CUDA); without
+// it, only what sizes the work (FLOPs, token counts).
+MultimodalInputs multimodal_inputs(const data::Batch& batch, bool attention = true);
+
+// The context a decoder's blocks run in: rotary tables cos/sin cast to dtype, causal attention,
+// and from `in` how attention sees packed rows (mask or cu_seqlens) and the KV cache. Qwen2's
+// 1-D RoPE and Qwen2-VL's M-RoPE differ only in the tables.
+mm::nn::ForwardContext decoder_context(const at::Tensor& cos, const at::Tensor& sin, at::ScalarType dtype,
+                                       const MultimodalInputs& in);
+
+// Vision features into a language model's input embeddings: the embedding of every token equal
+// to `token` (the image or video pad token) replaced by the next row of features [n, hidden], in
+// order. mm::Error "<model>: N <what> pad tokens (id T) but the vision tower gave F features<hint>"
+// when the counts differ (a processor whose settings do not match the model's).
+at::Tensor place_vision_features(const at::Tensor& embeds, const at::Tensor& input_ids, int64_t token,
+                                 const at::Tensor& features, const std::string& model, const std::string& what,
+                                 const std::string& hint = "");
+
+// Real tokens of a batch: attention_mask ones, else non-negative segment ids, else B * S.
+int64_t real_tokens(const MultimodalInputs& in);
+
+class CausalLM : public Model {
+ public:
+  using Model::forward;
+  // input_ids [B, S] int64 -> logits [B, S, vocab]. position_ids [B, S]; undefined = 0..S-1.
+  // attn_mask (optional) bool [B, 1, S, S], true = may attend, combined with the causal mask:
+  // packed rows pass segment_attention_mask() so each sample sees only itself.
+  virtual at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
+                             const at::Tensor& attn_mask = {}) = 0;
+  // Logits of a (possibly multimodal) batch, using in.kv_cache when set; text models use the
+  // token fields only.
+  virtual at::Tensor forward_multimodal(const MultimodalInputs& in) = 0;
+  // Training FLOPs (forward + backward) per text token at sequence length seq_len.
+  virtual double flops_per_token(int64_t seq_len) const = 0;
+  // Training FLOPs of one batch: its real (non-padding) tokens at flops_per_token(S), plus what a
+  // vision tower spends on the batch's images and videos.
+  virtual double training_flops(const MultimodalInputs& in) const;
+  virtual int64_t vocab_size() const = 0;
+  // Whether forward_multimodal uses the vision fields (a text model ignores them).
+  virtual bool has_vision() const { return false; }
+
+  // The Model interface: {"logits": [B, S, vocab]}; objective causal_lm.
+  Outputs forward(const data::Batch& batch) override;
+  std::vector<std::string> required_fields() const override;
+  std::vector<std::string> optional_fields() const override;
+  std::string default_objective() const override { return "causal_lm"; }
+  // Tied checkpoints sometimes carry a copy of the embedding as lm_head.weight.
+  std::vector<std::string> optional_checkpoint_tensors() const override { return {"lm_head.weight"}; }
+  double input_tokens(const data::Batch& host) const override;
+  double training_flops(const data::Batch& host) const override;
+  std::string cost_summary(int64_t seq_len) const override;
+};
+
+// model as a CausalLM, or mm::Error "<what>: model <type> is not a language model".
+std::shared_ptr<CausalLM> as_causal_lm(const std::shared_ptr<Model>& model, const std::string& what);
+
+}  // namespace mm::models

@@ -1,0 +1,82 @@
+// The model interface every family implements: a tree of named modules (parameter paths are the
+// checkpoint names) with a forward pass from a named-tensor Batch to named outputs, and what
+// training, checkpointing, plans and FLOPs accounting need around it. Nothing here knows about
+// losses or parallelism: an objective (training/objectives/) scores the outputs, plans wrap the
+// blocks after the model is built.
+//
+// CausalLM is the kind of model that outputs next-token logits (Qwen2, and the vision-language
+// models that put a vision tower in front of one: Qwen2-VL, Qwen2.5-VL, LLaVA).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/data/batch.h"
+
+namespace mm::models {
+
+// A forward pass's results by name ("logits").
+using Outputs = data::TensorMap;
+inline constexpr std::string_view kLogits = "logits";
+
+// A named part of a model: the parameters under a path prefix ("visual." for Qwen2-VL's vision
+// tower), the longest matching prefix deciding, so "" holds what no other part claims. Parameter
+// counts, freezing and per-part pretrained weights (model.parts in the config) go by parts.
+struct ModelPart {
+  std::string name;    // vision_tower, projector, language_model
+  std::string prefix;  // "visual.", "visual.merger.", ""
+};
+
+// Where each parallel plan applies by default, as module-path patterns (core/pattern.h): data a
+// model family supplies, which training::parallelize() applies (TorchTitan's per-model plans).
+struct PlanTable {
+  // The FSDP units when parallel.fsdp.units is empty: the repeated blocks ("model.layers.{*}").
+  std::vector<std::string> fsdp_units;
+};
+
+class Model : public mm::nn::Module {
+ public:
+  // A batch on the model's device -> named outputs.
+  virtual Outputs forward(const data::Batch& batch) = 0;
+  // Batch fields forward needs, and those it reads when a batch has them. The trainer checks
+  // the first against the dataset's fields at start and warns about fields nothing reads.
+  virtual std::vector<std::string> required_fields() const = 0;
+  virtual std::vector<std::string> optional_fields() const { return {}; }
+  // The objective (training/objectives/) a run uses unless training.objective names another.
+  virtual std::string default_objective() const = 0;
+
+  // Deterministic given the seed, independent of device and dtype.
+  virtual void init_weights(uint64_t seed) = 0;
+  // The HF config.json that reproduces this model.
+  virtual nlohmann::json hf_config() const = 0;
+  // The repeated blocks in order: the units plans wrap and shard.
+  virtual std::vector<std::shared_ptr<mm::nn::Block>> blocks() = 0;
+  // A checkpoint's parameter name in this model's tree (for naming schemes other than the
+  // tree's own); identity by default.
+  virtual std::string parameter_name(const std::string& checkpoint_name) const { return checkpoint_name; }
+  // Checkpoint tensors loading may skip: copies of tied weights (a tied LM's lm_head.weight).
+  virtual std::vector<std::string> optional_checkpoint_tensors() const { return {}; }
+  // The model's parts (default: one, "model", holding everything).
+  virtual std::vector<ModelPart> parts() const { return {{"model", ""}}; }
+  // The default targets of the parallel plans (empty FSDP units: every block).
+  virtual PlanTable plans() const { return {}; }
+
+  // Work of one batch, read from its host copy (no device sync): the inputs counted for
+  // throughput (real tokens for a language model), and the training FLOPs (forward + backward).
+  virtual double input_tokens(const data::Batch& host) const = 0;
+  virtual double training_flops(const data::Batch& host) const = 0;
+  // What a run's first lines say about its cost ("1.25 MFLOP per text token").
+  virtual std::string cost_summary(int64_t seq_len) const = 0;
+};
+
+// The part a parameter path belongs to (index into parts).
+size_t part_of(const std::vector<ModelPart>& parts, const std::string& parameter);
+// Parameters of each part, in the parts' order.
+std::vector<std::pair<std::string, int64_t>> parameters_by_part(const Model& model);
+
+}  // namespace mm::models

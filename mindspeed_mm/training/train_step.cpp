@@ -1,0 +1,75 @@
+#include "mindspeed_mm/training/train_step.h"
+
+#include <cmath>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/torch_compat.h"
+
+namespace mm::training {
+
+AutocastScope::AutocastScope(bool on, at::DeviceType type) : on_(on), type_(type) {
+  if (on_) compat::set_autocast(type_, true, at::kBFloat16);
+}
+
+AutocastScope::~AutocastScope() {
+  if (on_) {
+    compat::set_autocast(type_, false, at::kBFloat16);
+    at::autocast::clear_cache();
+  }
+}
+
+at::Device model_device(const models::Model& model) {
+  for (auto& p : model.parameters()) return p.device();
+  return at::kCPU;
+}
+
+StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double lr, int64_t iteration,
+                      const std::vector<double>& local_sums) {
+  MM_CHECK(!micro.empty(), "train_step: no micro-batches");
+  const at::DeviceType device_type = micro.front().device.require(data::kInputIds).device().type();
+  // Local counts from the host copies (no device sync), summed over the ranks in one collective.
+  std::vector<double> local = {0, 0, 0};
+  for (const auto& mb : micro) {
+    local[0] += env.objective.count(mb.host);
+    local[1] += env.model.input_tokens(mb.host);
+    local[2] += env.model.training_flops(mb.host);
+  }
+  local.insert(local.end(), local_sums.begin(), local_sums.end());
+  const std::vector<double> global = env.par.dp_sum(local);
+  StepResult r;
+  r.normaliser = global[0];
+  r.input_tokens = global[1];
+  r.flops = global[2];
+  r.sums.assign(global.begin() + 3, global.end());
+  const double normaliser = std::max(1.0, r.normaliser);
+
+  at::Tensor loss_sum;  // summed on the device, read once after the step's backward passes
+  for (size_t m = 0; m < micro.size(); ++m) {
+    const data::Batch& b = micro[m].device;
+    models::Outputs out;
+    {
+      AutocastScope autocast(env.bf16, device_type);
+      env.dp.begin_forward();
+      out = env.model.forward(b);
+    }
+    if (env.after_forward) env.after_forward(m);
+    at::Tensor sum = env.objective.loss_sum(out, b);
+    // DDP reduces once per step, after the last micro-batch; FSDP after every one.
+    env.dp.prepare_backward(sum / normaliser, m + 1 == micro.size()).backward();
+    at::Tensor s = sum.detach().to(at::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + s : s;
+  }
+  r.loss = env.par.dp_sum({loss_sum.item<double>()})[0] / normaliser;
+  if (!std::isfinite(r.loss))
+    throw Error(cat("training: loss is ", r.loss, " at iteration ", iteration + 1,
+                    "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));
+  r.grad_norm = env.dp.clip_grad_norm(env.clip_grad);
+  if (env.before_update) env.before_update();
+  env.dp.before_optimizer_step();
+  env.optimizer.step(lr);
+  env.dp.after_optimizer_step();
+  env.optimizer.zero_grad();
+  return r;
+}
+
+}  // namespace mm::training
