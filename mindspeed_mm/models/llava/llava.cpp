@@ -14,22 +14,6 @@ namespace mm::models {
 
 using nlohmann::json;
 
-namespace {
-
-void take_int(const json& j, const char* k, int64_t& out, const std::string& where, bool positive = true) {
-  if (!j.contains(k) || j.at(k).is_null()) return;
-  if (!j.at(k).is_number_integer()) throw ConfigError(cat("config: ", where, k, " must be an integer in ", where));
-  out = j.at(k).get<int64_t>();
-  if (positive && out <= 0) throw ConfigError(cat("config: ", where, k, " must be > 0 (got ", out, ")"));
-}
-
-void take_string(const json& j, const char* k, std::string& out, const std::string& where) {
-  if (!j.contains(k) || j.at(k).is_null()) return;
-  if (!j.at(k).is_string()) throw ConfigError(cat("config: ", where, k, " must be a string"));
-  out = j.at(k).get<std::string>();
-}
-
-}  // namespace
 
 ClipVisionConfig ClipVisionConfig::from_json(const json& j, const std::string& source) {
   // LlavaConfig's default vision tower is CLIP ViT-L/14 at 336 pixels.
@@ -42,18 +26,7 @@ ClipVisionConfig ClipVisionConfig::from_json(const json& j, const std::string& s
   c.patch_size = 14;
   c.projection_dim = 768;
   if (j.is_null()) return c;
-  if (!j.is_object()) throw ConfigError(cat("config: vision_config must be an object in ", source));
-  const std::string w = "vision_config.";
-  take_int(j, "hidden_size", c.hidden_size, w);
-  take_int(j, "intermediate_size", c.intermediate_size, w);
-  take_int(j, "num_hidden_layers", c.num_hidden_layers, w);
-  take_int(j, "num_attention_heads", c.num_attention_heads, w);
-  take_int(j, "num_channels", c.num_channels, w);
-  take_int(j, "image_size", c.image_size, w);
-  take_int(j, "patch_size", c.patch_size, w);
-  take_int(j, "projection_dim", c.projection_dim, w);
-  take_string(j, "hidden_act", c.hidden_act, w);
-  if (j.contains("layer_norm_eps") && j.at("layer_norm_eps").is_number()) c.layer_norm_eps = j.at("layer_norm_eps").get<double>();
+  read_hf_fields(c, j, source, /*strict=*/false, "vision_config.", "llava");
   if (j.contains("model_type") && j.at("model_type").is_string() && j.at("model_type") != "clip_vision_model")
     throw ConfigError(cat("config: vision_config.model_type '", j.at("model_type").get<std::string>(),
                           "' is not supported (clip_vision_model) in ", source));
@@ -68,10 +41,9 @@ ClipVisionConfig ClipVisionConfig::from_json(const json& j, const std::string& s
 }
 
 json ClipVisionConfig::to_json() const {
-  return {{"model_type", "clip_vision_model"}, {"hidden_size", hidden_size}, {"intermediate_size", intermediate_size},
-          {"num_hidden_layers", num_hidden_layers}, {"num_attention_heads", num_attention_heads},
-          {"num_channels", num_channels}, {"image_size", image_size}, {"patch_size", patch_size},
-          {"hidden_act", hidden_act}, {"layer_norm_eps", layer_norm_eps}, {"projection_dim", projection_dim}};
+  json j = write_hf_fields(*this);
+  j["model_type"] = "clip_vision_model";
+  return j;
 }
 
 int64_t LlavaConfig::image_tokens() const {
@@ -83,30 +55,15 @@ int64_t LlavaConfig::vision_layers_used() const {
 }
 
 LlavaConfig LlavaConfig::from_json(const json& j, const std::string& source, bool strict) {
-  if (!j.is_object()) throw ConfigError(cat("config: a llava model config must be an object in ", source));
-  static const std::set<std::string> kKnown = {
-      "architectures", "model_type", "transformers_version", "torch_dtype", "text_config", "vision_config",
-      "image_token_index", "image_token_id", "projector_hidden_act", "vision_feature_layer",
-      "vision_feature_select_strategy", "multimodal_projector_bias", "ignore_index", "pad_token_id",
-      "image_seq_length", "tie_word_embeddings", "vocab_size", "_name_or_path"};
-  if (strict)
-    for (auto it = j.begin(); it != j.end(); ++it)
-      if (!kKnown.count(it.key())) throw ConfigError(cat("config: unknown llava key '", it.key(), "' in ", source));
   LlavaConfig c;
-  take_int(j, "image_token_index", c.image_token_index, "");
-  take_int(j, "image_token_id", c.image_token_index, "");
-  take_string(j, "projector_hidden_act", c.projector_hidden_act, "");
-  take_string(j, "vision_feature_select_strategy", c.vision_feature_select_strategy, "");
-  if (j.contains("multimodal_projector_bias") && j.at("multimodal_projector_bias").is_boolean())
-    c.multimodal_projector_bias = j.at("multimodal_projector_bias").get<bool>();
-  if (j.contains("vision_feature_layer") && !j.at("vision_feature_layer").is_null()) {
-    if (!j.at("vision_feature_layer").is_number_integer())
-      throw ConfigError(cat("config: vision_feature_layer must be one integer (lists of layers are not supported) in ", source));
-    c.vision_feature_layer = j.at("vision_feature_layer").get<int64_t>();
-  }
-  if (c.vision_feature_select_strategy != "default" && c.vision_feature_select_strategy != "full")
-    throw ConfigError(cat("config: vision_feature_select_strategy must be \"default\" or \"full\" (got \"",
-                          c.vision_feature_select_strategy, "\") in ", source));
+  if (j.is_object() && j.contains("vision_feature_layer") && !j.at("vision_feature_layer").is_null() &&
+      !j.at("vision_feature_layer").is_number_integer())
+    throw ConfigError(cat("config: vision_feature_layer must be one integer (lists of layers are not supported) in ", source));
+  read_hf_fields(c, j, source, strict, "", "llava",
+                 {"architectures", "model_type", "transformers_version", "torch_dtype", "text_config", "vision_config",
+                  "image_token_id", "ignore_index", "pad_token_id", "image_seq_length", "tie_word_embeddings",
+                  "vocab_size", "_name_or_path"});
+  HFConfigReader(j, source, "", "llava")("image_token_id", c.image_token_index, config::gt(0));  // transformers >= 5's name
   activation_from_name(c.projector_hidden_act, source);
   c.vision = ClipVisionConfig::from_json(j.contains("vision_config") ? j.at("vision_config") : json(nullptr), source);
   const int64_t used = c.vision_layers_used();
@@ -140,15 +97,12 @@ json LlavaConfig::to_json() const {
   t["model_type"] = text_model_type;
   t["architectures"] = json::array({text_model_type == "llama" ? "LlamaForCausalLM" : "Qwen2ForCausalLM"});
   if (text_model_type == "llama") t["attention_bias"] = text.attention_bias;
-  return {{"architectures", json::array({"LlavaForConditionalGeneration"})},
-          {"model_type", "llava"},
-          {"text_config", t},
-          {"vision_config", vision.to_json()},
-          {"image_token_index", image_token_index},
-          {"projector_hidden_act", projector_hidden_act},
-          {"vision_feature_layer", vision_feature_layer},
-          {"vision_feature_select_strategy", vision_feature_select_strategy},
-          {"multimodal_projector_bias", multimodal_projector_bias}};
+  json j = write_hf_fields(*this);
+  j["architectures"] = json::array({"LlavaForConditionalGeneration"});
+  j["model_type"] = "llava";
+  j["text_config"] = t;
+  j["vision_config"] = vision.to_json();
+  return j;
 }
 
 int64_t LlavaConfig::vision_parameters() const {

@@ -36,6 +36,19 @@ struct ClipVisionConfig {
   int64_t projection_dim = 512;  // kept for the config round trip (the CLIP text/vision projection is not used)
 
   int64_t num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  template <class IO>
+  void io(IO& io) {
+    io("hidden_size", hidden_size, config::gt(0));
+    io("intermediate_size", intermediate_size, config::gt(0));
+    io("num_hidden_layers", num_hidden_layers, config::gt(0));
+    io("num_attention_heads", num_attention_heads, config::gt(0));
+    io("num_channels", num_channels, config::gt(0));
+    io("image_size", image_size, config::gt(0));
+    io("patch_size", patch_size, config::gt(0));
+    io("projection_dim", projection_dim, config::gt(0));
+    io("hidden_act", hidden_act);
+    io("layer_norm_eps", layer_norm_eps, config::gt(0));
+  }
   static ClipVisionConfig from_json(const nlohmann::json& j, const std::string& source);
   nlohmann::json to_json() const;
 };
@@ -50,6 +63,15 @@ struct LlavaConfig {
   std::string vision_feature_select_strategy = "default";  // default (drop CLS) | full
   bool multimodal_projector_bias = true;
 
+  // The top-level fields (text_config and vision_config are read by from_json).
+  template <class IO>
+  void io(IO& io) {
+    io("image_token_index", image_token_index, config::gt(0));
+    io("projector_hidden_act", projector_hidden_act);
+    io("vision_feature_select_strategy", vision_feature_select_strategy, config::one_of({"default", "full"}));
+    io("multimodal_projector_bias", multimodal_projector_bias);
+    io("vision_feature_layer", vision_feature_layer);
+  }
   // Image tokens per image: the patches, plus the class token for "full".
   int64_t image_tokens() const;
   // Vision layers that run: up to the selected one.

@@ -25,132 +25,44 @@ namespace {
 
 using nlohmann::json;
 
-// Keys HF writes into a Qwen2 config.json that do not change the computation here.
-const char* const kIgnoredKeys[] = {"architectures", "model_type", "transformers_version", "use_cache",
-                                    "_name_or_path", "rope_scaling", "layer_types", "pad_token_id"};
-const char* const kParsedKeys[] = {
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
-    "hidden_act", "attention_dropout", "torch_dtype", "bos_token_id", "eos_token_id", "use_sliding_window",
-    "sliding_window", "max_window_layers", "initializer_range", "attention_bias", "dtype", "rope_parameters"};
-
-std::string did_you_mean(const std::string& key) {
-  std::vector<std::string> known(std::begin(kParsedKeys), std::end(kParsedKeys));
-  known.insert(known.end(), std::begin(kIgnoredKeys), std::end(kIgnoredKeys));
-  std::string best = mm::config::suggest(key, known);
-  return best.empty() ? "" : cat(" (did you mean '", best, "'?)");
-}
-
-// Typed access to one config object; every error names the key and the source file.
-struct Fields {
-  const json& j;
-  const std::string& source;
-
-  bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
-  [[noreturn]] void fail(const char* k, const std::string& what) const {
-    throw ConfigError(cat("config: ", k, " ", what, " in ", source));
-  }
-  int64_t integer(const char* k) const {
-    const json& v = j.at(k);
-    if (!v.is_number_integer()) fail(k, cat("must be an integer (got ", v.dump(), ")"));
-    return v.get<int64_t>();
-  }
-  int64_t required_int(const char* k) const {
-    if (!has(k)) fail(k, "is required for a qwen2 model");
-    return integer(k);
-  }
-  void opt(const char* k, int64_t& out) const { if (has(k)) out = integer(k); }
-  void opt(const char* k, c10::optional<int64_t>& out) const { if (has(k)) out = integer(k); }
-  void opt(const char* k, double& out) const {
-    if (!has(k)) return;
-    const json& v = j.at(k);
-    if (!v.is_number()) fail(k, cat("must be a number (got ", v.dump(), ")"));
-    out = v.get<double>();
-  }
-  void opt(const char* k, bool& out) const {
-    if (!has(k)) return;
-    const json& v = j.at(k);
-    if (!v.is_boolean()) fail(k, cat("must be true or false (got ", v.dump(), ")"));
-    out = v.get<bool>();
-  }
-  void opt(const char* k, std::string& out) const {
-    if (!has(k)) return;
-    const json& v = j.at(k);
-    if (!v.is_string()) fail(k, cat("must be a string (got ", v.dump(), ")"));
-    out = v.get<std::string>();
-  }
-  void positive(const char* k, int64_t v) const {
-    if (v <= 0) fail(k, cat("must be > 0 (got ", v, ")"));
-  }
-};
+// Keys HF writes into a Qwen2 config.json that do not change the computation here, and the
+// fields from_json reads itself.
+const std::vector<std::string> kIgnoredKeys = {"architectures", "model_type", "transformers_version", "use_cache",
+                                               "_name_or_path", "layer_types", "pad_token_id"};
+const std::vector<std::string> kOwnKeys = {"torch_dtype", "dtype", "eos_token_id", "rope_parameters", "rope_scaling",
+                                           "sliding_window", "attention_bias"};
 
 }  // namespace
 
 Qwen2Config Qwen2Config::from_json(const json& j, const std::string& source, bool strict) {
-  if (!j.is_object()) throw ConfigError(cat("config: a qwen2 model config must be an object in ", source));
-  Fields f{j, source};
-  if (strict) {
-    std::set<std::string> known(std::begin(kParsedKeys), std::end(kParsedKeys));
-    known.insert(std::begin(kIgnoredKeys), std::end(kIgnoredKeys));
-    for (auto it = j.begin(); it != j.end(); ++it)
-      if (!known.count(it.key()))
-        throw ConfigError(cat("config: unknown qwen2 key '", it.key(), "'", did_you_mean(it.key()), " in ", source));
-  }
-
   Qwen2Config c;
-  c.vocab_size = f.required_int("vocab_size");
-  c.hidden_size = f.required_int("hidden_size");
-  c.intermediate_size = f.required_int("intermediate_size");
-  c.num_hidden_layers = f.required_int("num_hidden_layers");
-  c.num_attention_heads = f.required_int("num_attention_heads");
-  c.num_key_value_heads = c.num_attention_heads;
-  f.opt("num_key_value_heads", c.num_key_value_heads);
-  f.opt("max_position_embeddings", c.max_position_embeddings);
-  f.opt("rms_norm_eps", c.rms_norm_eps);
-  f.opt("rope_theta", c.rope_theta);
+  std::vector<std::string> other = kIgnoredKeys;
+  other.insert(other.end(), kOwnKeys.begin(), kOwnKeys.end());
+  read_hf_fields(c, j, source, strict, "", "qwen2", other);
+  HFConfigReader f(j, source, "", "qwen2");
+  if (!f.has("num_key_value_heads")) c.num_key_value_heads = c.num_attention_heads;
   // transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}
   // instead of a top-level rope_theta (Qwen2-VL's also carries its mrope_section there, which
   // Qwen2VLConfig reads). Only plain rotary is implemented: another rope_type is an error.
   if (f.has("rope_parameters")) {
-    const json& rp = j.at("rope_parameters");
-    if (!rp.is_object()) f.fail("rope_parameters", cat("must be an object (got ", rp.dump(), ")"));
-    Fields r{rp, source};
-    r.opt("rope_theta", c.rope_theta);
+    HFConfigReader r(f.at("rope_parameters"), source, "rope_parameters.", "qwen2");
+    r("rope_theta", c.rope_theta, config::gt(0));
     std::string type = "default";
-    r.opt("rope_type", type);
+    r("rope_type", type);
     if (type != "default")
       f.fail("rope_parameters", cat("has rope_type \"", type, "\": only the default rotary embedding is implemented"));
   }
-  f.opt("tie_word_embeddings", c.tie_word_embeddings);
-  f.opt("hidden_act", c.hidden_act);
-  f.opt("attention_dropout", c.attention_dropout);
-  f.opt("torch_dtype", c.torch_dtype);
-  f.opt("dtype", c.torch_dtype);  // transformers >= 5's name for torch_dtype
-  f.opt("bos_token_id", c.bos_token_id);
-  if (f.has("eos_token_id")) {
-    const json& v = j.at("eos_token_id");
-    if (v.is_array()) {
-      for (auto& e : v) {
-        if (!e.is_number_integer()) f.fail("eos_token_id", cat("must be an integer or a list of integers (got ", v.dump(), ")"));
-        c.eos_token_id.push_back(e.get<int64_t>());
-      }
-    } else {
-      c.eos_token_id.push_back(f.integer("eos_token_id"));
-    }
+  f("torch_dtype", c.torch_dtype, config::one_of({"float32", "bfloat16", "float16", "float64"}));
+  f("dtype", c.torch_dtype, config::one_of({"float32", "bfloat16", "float16", "float64"}));  // transformers >= 5's name
+  f("sliding_window", c.sliding_window);
+  f("attention_bias", c.attention_bias);
+  if (f.has("eos_token_id")) {  // HF allows an int or a list
+    const json& v = f.at("eos_token_id");
+    if (!v.is_array() && !v.is_number_integer())
+      f.fail("eos_token_id", cat("must be an integer or a list of integers (got ", v.dump(), ")"));
+    if (v.is_array()) f("eos_token_id", c.eos_token_id);
+    else c.eos_token_id = {v.get<int64_t>()};
   }
-  f.opt("use_sliding_window", c.use_sliding_window);
-  f.opt("sliding_window", c.sliding_window);
-  f.opt("max_window_layers", c.max_window_layers);
-  f.opt("initializer_range", c.initializer_range);
-  f.opt("attention_bias", c.attention_bias);
-
-  f.positive("vocab_size", c.vocab_size);
-  f.positive("hidden_size", c.hidden_size);
-  f.positive("intermediate_size", c.intermediate_size);
-  f.positive("num_hidden_layers", c.num_hidden_layers);
-  f.positive("num_attention_heads", c.num_attention_heads);
-  f.positive("num_key_value_heads", c.num_key_value_heads);
-  f.positive("max_position_embeddings", c.max_position_embeddings);
   if (c.hidden_size % c.num_attention_heads != 0)
     f.fail("hidden_size", cat("must be a multiple of num_attention_heads (got ", c.hidden_size, " and ",
                               c.num_attention_heads, ")"));
@@ -159,43 +71,20 @@ Qwen2Config Qwen2Config::from_json(const json& j, const std::string& source, boo
                                       " and ", c.num_key_value_heads, ")"));
   if (c.head_dim() % 2 != 0)
     f.fail("hidden_size", cat("/ num_attention_heads must be even for rotary embeddings (head_dim ", c.head_dim(), ")"));
-  if (!(c.rms_norm_eps > 0)) f.fail("rms_norm_eps", cat("must be > 0 (got ", c.rms_norm_eps, ")"));
-  if (!(c.rope_theta > 0)) f.fail("rope_theta", cat("must be > 0 (got ", c.rope_theta, ")"));
-  if (!(c.initializer_range >= 0)) f.fail("initializer_range", cat("must be >= 0 (got ", c.initializer_range, ")"));
-  if (c.hidden_act != "silu") f.fail("hidden_act", cat("must be \"silu\" (got \"", c.hidden_act, "\")"));
   if (c.attention_dropout != 0.0)
     f.fail("attention_dropout", cat("must be 0: attention dropout is not implemented (got ", c.attention_dropout, ")"));
   if (c.use_sliding_window) f.fail("use_sliding_window", "must be false: sliding-window attention is not implemented");
-  if (f.has("rope_scaling")) f.fail("rope_scaling", cat("must be null for qwen2 (got ", j.at("rope_scaling").dump(), ")"));
-  static const std::set<std::string> kDtypes = {"float32", "bfloat16", "float16", "float64"};
-  if (!c.torch_dtype.empty() && !kDtypes.count(c.torch_dtype))
-    f.fail("torch_dtype", cat("must be one of float32, bfloat16, float16, float64 (got \"", c.torch_dtype, "\")"));
+  if (f.has("rope_scaling")) f.fail("rope_scaling", cat("must be null for qwen2 (got ", f.at("rope_scaling").dump(), ")"));
   return c;
 }
 
 nlohmann::json Qwen2Config::to_json() const {
-  json j;
+  json j = write_hf_fields(*this);
   j["architectures"] = json::array({"Qwen2ForCausalLM"});
   j["model_type"] = "qwen2";
-  j["vocab_size"] = vocab_size;
-  j["hidden_size"] = hidden_size;
-  j["intermediate_size"] = intermediate_size;
-  j["num_hidden_layers"] = num_hidden_layers;
-  j["num_attention_heads"] = num_attention_heads;
-  j["num_key_value_heads"] = num_key_value_heads;
-  j["max_position_embeddings"] = max_position_embeddings;
-  j["rms_norm_eps"] = rms_norm_eps;
-  j["rope_theta"] = rope_theta;
-  j["tie_word_embeddings"] = tie_word_embeddings;
-  j["hidden_act"] = hidden_act;
-  j["attention_dropout"] = attention_dropout;
-  j["initializer_range"] = initializer_range;
-  j["use_sliding_window"] = use_sliding_window;
   j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
-  if (max_window_layers) j["max_window_layers"] = *max_window_layers;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   if (!attention_bias) j["attention_bias"] = false;
-  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_id.size() == 1) j["eos_token_id"] = eos_token_id[0];
   else if (!eos_token_id.empty()) j["eos_token_id"] = eos_token_id;
   j["use_cache"] = true;

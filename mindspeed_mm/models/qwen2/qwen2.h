@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/common/hf_config.h"
 #include "mindspeed_mm/models/common/linear.h"
 #include "mindspeed_mm/models/common/mlp.h"
 #include "mindspeed_mm/models/common/norm.h"
@@ -52,9 +53,28 @@ struct Qwen2Config {
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
 
-  // strict (our YAML): an unknown key is a ConfigError with a did-you-mean suggestion.
-  // non-strict (an HF config.json): unknown keys are ignored. Either way missing required keys,
-  // wrong types and inconsistent sizes are ConfigErrors naming the key and `source`.
+  // The plain fields, read and written by one list (models/common/hf_config.h); from_json and
+  // to_json add the few that need more (dtype spellings, eos as an int or a list, rope_parameters).
+  template <class IO>
+  void io(IO& io) {
+    io.required("vocab_size", vocab_size, config::gt(0));
+    io.required("hidden_size", hidden_size, config::gt(0));
+    io.required("intermediate_size", intermediate_size, config::gt(0));
+    io.required("num_hidden_layers", num_hidden_layers, config::gt(0));
+    io.required("num_attention_heads", num_attention_heads, config::gt(0));
+    io("num_key_value_heads", num_key_value_heads, config::gt(0));
+    io("max_position_embeddings", max_position_embeddings, config::gt(0));
+    io("rms_norm_eps", rms_norm_eps, config::gt(0));
+    io("rope_theta", rope_theta, config::gt(0));
+    io("tie_word_embeddings", tie_word_embeddings);
+    io("hidden_act", hidden_act, config::one_of({"silu"}));
+    io("attention_dropout", attention_dropout);
+    io("initializer_range", initializer_range, config::ge(0));
+    io("use_sliding_window", use_sliding_window);
+    io("max_window_layers", max_window_layers);
+    io("bos_token_id", bos_token_id);
+  }
+
   static Qwen2Config from_json(const nlohmann::json& j, const std::string& source, bool strict);
   // HF-compatible config.json (model_type "qwen2", architectures ["Qwen2ForCausalLM"]).
   nlohmann::json to_json() const;

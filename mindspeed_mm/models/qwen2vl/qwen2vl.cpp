@@ -29,16 +29,14 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
   }
   Qwen2VLConfig c;
   c.qwen2_5 = qwen2_5;
-  auto take_int = [&](const char* k, int64_t& out) {
-    if (!text.contains(k)) return;
-    if (!text.at(k).is_number_integer()) throw ConfigError(cat("config: ", k, " must be an integer in ", source));
-    out = text.at(k).get<int64_t>();
-    text.erase(k);
-  };
-  take_int("image_token_id", c.rope_index.image_token_id);
-  take_int("video_token_id", c.rope_index.video_token_id);
-  take_int("vision_start_token_id", c.rope_index.vision_start_token_id);
-  take_int("vision_end_token_id", c.vision_end_token_id);
+  {
+    HFConfigReader ids(text, source, "", id);
+    ids("image_token_id", c.rope_index.image_token_id);
+    ids("video_token_id", c.rope_index.video_token_id);
+    ids("vision_start_token_id", c.rope_index.vision_start_token_id);
+    ids("vision_end_token_id", c.vision_end_token_id);
+  }
+  for (const char* k : {"image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"}) text.erase(k);
   json vision = text.contains("vision_config") ? text.at("vision_config") : json(nullptr);
   json rope = text.contains("rope_scaling") ? text.at("rope_scaling") : json(nullptr);
   // transformers >= 5: the M-RoPE sections sit in rope_parameters beside rope_theta.
@@ -64,12 +62,7 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
   c.rope_index.spatial_merge_size = c.vision.spatial_merge_size;
   c.rope_index.tokens_per_second = qwen2_5 ? c.vision.tokens_per_second : 0;
   if (rope.is_object() && rope.contains("mrope_section")) {
-    c.mrope_section.clear();
-    for (auto& v : rope.at("mrope_section")) {
-      if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-        throw ConfigError(cat("config: rope_scaling.mrope_section must hold positive integers in ", source));
-      c.mrope_section.push_back(v.get<int64_t>());
-    }
+    HFConfigReader(rope, source, "rope_scaling.", id)("mrope_section", c.mrope_section, config::gt(0));
   } else if (!rope.is_null()) {
     throw ConfigError(cat("config: rope_scaling must be {\"type\": \"mrope\", \"mrope_section\": [t, h, w]} in ", source));
   }

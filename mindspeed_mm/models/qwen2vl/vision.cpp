@@ -20,46 +20,8 @@ Qwen2VLVisionConfig Qwen2VLVisionConfig::from_json(const nlohmann::json& j, cons
     c.hidden_act = "silu";
   }
   if (j.is_null()) return c;
-  if (!j.is_object()) throw ConfigError(cat("config: vision_config must be an object in ", source));
-  auto integer = [&](const char* k, int64_t& out) {
-    if (!j.contains(k) || j.at(k).is_null()) return;
-    if (!j.at(k).is_number_integer()) throw ConfigError(cat("config: vision_config.", k, " must be an integer in ", source));
-    out = j.at(k).get<int64_t>();
-    if (out <= 0) throw ConfigError(cat("config: vision_config.", k, " must be > 0 (got ", out, ") in ", source));
-  };
-  integer("depth", c.depth);
-  integer("num_heads", c.num_heads);
-  integer("in_chans", c.in_channels);
-  integer("in_channels", c.in_channels);
-  integer("patch_size", c.patch_size);
-  integer("spatial_merge_size", c.spatial_merge_size);
-  integer("temporal_patch_size", c.temporal_patch_size);
-  if (qwen2_5) {
-    integer("hidden_size", c.embed_dim);
-    integer("out_hidden_size", c.hidden_size);
-    integer("intermediate_size", c.intermediate_size);
-    integer("window_size", c.window_size);
-    integer("tokens_per_second", c.tokens_per_second);
-    if (j.contains("fullatt_block_indexes") && !j.at("fullatt_block_indexes").is_null()) {
-      const auto& v = j.at("fullatt_block_indexes");
-      if (!v.is_array()) throw ConfigError(cat("config: vision_config.fullatt_block_indexes must be a list in ", source));
-      c.fullatt_block_indexes.clear();
-      for (const auto& e : v) {
-        if (!e.is_number_integer() || e.get<int64_t>() < 0)
-          throw ConfigError(cat("config: vision_config.fullatt_block_indexes must hold block numbers >= 0 (got ",
-                                v.dump(), ") in ", source));
-        c.fullatt_block_indexes.push_back(e.get<int64_t>());
-      }
-    }
-  } else {
-    integer("embed_dim", c.embed_dim);
-    integer("hidden_size", c.hidden_size);
-    if (j.contains("mlp_ratio") && !j.at("mlp_ratio").is_null()) {
-      if (!j.at("mlp_ratio").is_number()) throw ConfigError(cat("config: vision_config.mlp_ratio must be a number in ", source));
-      c.mlp_ratio = j.at("mlp_ratio").get<double>();
-    }
-  }
-  if (j.contains("hidden_act") && j.at("hidden_act").is_string()) c.hidden_act = j.at("hidden_act").get<std::string>();
+  read_hf_fields(c, j, source, /*strict=*/false, "vision_config.", qwen2_5 ? "qwen2_5_vl" : "qwen2_vl");
+  HFConfigReader(j, source, "vision_config.")("in_channels", c.in_channels, config::gt(0));  // the class's own name
   activation_from_name(c.hidden_act, source);
   if (qwen2_5 && c.hidden_act != "silu")
     throw ConfigError(cat("config: vision_config.hidden_act must be \"silu\" for qwen2_5_vl (got \"", c.hidden_act,
@@ -74,30 +36,7 @@ Qwen2VLVisionConfig Qwen2VLVisionConfig::from_json(const nlohmann::json& j, cons
   return c;
 }
 
-nlohmann::json Qwen2VLVisionConfig::to_json() const {
-  if (qwen2_5)
-    return {{"depth", depth},
-            {"hidden_size", embed_dim},
-            {"out_hidden_size", hidden_size},
-            {"intermediate_size", intermediate_size},
-            {"hidden_act", hidden_act},
-            {"num_heads", num_heads},
-            {"in_chans", in_channels},
-            {"patch_size", patch_size},
-            {"spatial_merge_size", spatial_merge_size},
-            {"temporal_patch_size", temporal_patch_size},
-            {"window_size", window_size},
-            {"fullatt_block_indexes", fullatt_block_indexes},
-            {"tokens_per_second", tokens_per_second}};
-  // Qwen2-VL's published configs write mlp_ratio as an integer (4), and transformers >= 5
-  // refuses a float there: an integral ratio goes out as an integer.
-  const nlohmann::json ratio = mlp_ratio == std::floor(mlp_ratio) ? nlohmann::json(static_cast<int64_t>(mlp_ratio))
-                                                                  : nlohmann::json(mlp_ratio);
-  return {{"depth", depth},           {"embed_dim", embed_dim},   {"hidden_size", hidden_size},
-          {"hidden_act", hidden_act}, {"mlp_ratio", ratio},       {"num_heads", num_heads},
-          {"in_chans", in_channels},  {"patch_size", patch_size}, {"spatial_merge_size", spatial_merge_size},
-          {"temporal_patch_size", temporal_patch_size}};
-}
+nlohmann::json Qwen2VLVisionConfig::to_json() const { return write_hf_fields(*this); }
 
 int64_t Qwen2VLVisionConfig::num_parameters() const {
   const int64_t E = embed_dim, H = mlp_hidden(), W = embed_dim * spatial_merge_size * spatial_merge_size;

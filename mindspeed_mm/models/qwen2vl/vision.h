@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/common/hf_config.h"
 #include "mindspeed_mm/models/common/linear.h"
 #include "mindspeed_mm/models/common/mlp.h"
 #include "mindspeed_mm/models/common/norm.h"
@@ -60,6 +61,29 @@ struct Qwen2VLVisionConfig {
   }
   // Merged units per window side (window_size / patch_size / spatial_merge_size).
   int64_t window_units() const { return window_size / patch_size / spatial_merge_size; }
+  // The fields in config.json's names (models/common/hf_config.h); qwen2_5 picks the spelling.
+  template <class IO>
+  void io(IO& io) {
+    io("depth", depth, config::gt(0));
+    io("num_heads", num_heads, config::gt(0));
+    io("in_chans", in_channels, config::gt(0));
+    io("patch_size", patch_size, config::gt(0));
+    io("spatial_merge_size", spatial_merge_size, config::gt(0));
+    io("temporal_patch_size", temporal_patch_size, config::gt(0));
+    io("hidden_act", hidden_act);
+    if (qwen2_5) {
+      io("hidden_size", embed_dim, config::gt(0));
+      io("out_hidden_size", hidden_size, config::gt(0));
+      io("intermediate_size", intermediate_size, config::gt(0));
+      io("window_size", window_size, config::gt(0));
+      io("fullatt_block_indexes", fullatt_block_indexes, config::ge(0));
+      io("tokens_per_second", tokens_per_second, config::gt(0));
+    } else {
+      io("embed_dim", embed_dim, config::gt(0));
+      io("hidden_size", hidden_size, config::gt(0));
+      io.integral_number("mlp_ratio", mlp_ratio, config::gt(0));
+    }
+  }
   // ConfigError naming the key and source for wrong types or inconsistent sizes.
   static Qwen2VLVisionConfig from_json(const nlohmann::json& j, const std::string& source, bool qwen2_5 = false);
   nlohmann::json to_json() const;
