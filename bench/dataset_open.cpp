@@ -10,8 +10,6 @@
 //               before the index) plus the split, in a fresh process
 // Each phase prints `RESULT phase=... records=N seconds=... rss_bytes_per_record=...`; resident
 // memory is this process's RSS after minus before (libtorch's own pages excluded).
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,15 +25,6 @@
 #include "mindspeed_mm/data/text_dataset.h"
 
 namespace {
-
-int64_t rss_bytes() {
-  long pages = 0, resident = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<int64_t>(resident) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -72,7 +61,7 @@ int main(int argc, char** argv) {
       std::filesystem::rename(tmp, path);
       return 0;
     }
-    const int64_t rss0 = rss_bytes();
+    const int64_t rss0 = mm::resident_bytes();
     const auto t0 = std::chrono::steady_clock::now();
     int64_t held = 0, samples = 0;
     if (phase == "build") {
@@ -90,7 +79,7 @@ int main(int argc, char** argv) {
       ctx.micro_batch_size = 8;
       mm::data::TrainData d = mm::data::dataset_registry().get("mllm")(cfg.data, ctx);
       const double secs = seconds_since(t0);
-      const int64_t rss = rss_bytes() - rss0;
+      const int64_t rss = mm::resident_bytes() - rss0;
       held = mm::data::MllmRecordIndex(path).resident_bytes();
       std::printf("RESULT phase=open records=%lld seconds=%.3f rss_bytes_per_record=%.1f index_bytes_per_record=%.1f "
                   "first_batch_samples=%lld\n",
@@ -103,7 +92,7 @@ int main(int argc, char** argv) {
       for (const auto& r : f.records) val += mm::data::is_validation_document(mm::data::record_key(r, f.media_root), 0.05, 1234);
       samples = static_cast<int64_t>(f.records.size()) - val;
       const double secs = seconds_since(t0);
-      const int64_t rss = rss_bytes() - rss0;
+      const int64_t rss = mm::resident_bytes() - rss0;
       std::printf("RESULT phase=baseline records=%lld seconds=%.3f rss_bytes_per_record=%.1f\n",
                   static_cast<long long>(records), secs, static_cast<double>(rss) / records);
       return samples > 0 ? 0 : 1;
@@ -112,7 +101,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const double secs = seconds_since(t0);
-    const int64_t rss = rss_bytes() - rss0;
+    const int64_t rss = mm::resident_bytes() - rss0;
     std::printf("RESULT phase=%s records=%lld seconds=%.3f rss_bytes_per_record=%.1f index_bytes_per_record=%.1f\n",
                 phase.c_str(), static_cast<long long>(records), secs, static_cast<double>(rss) / records,
                 static_cast<double>(held) / records);

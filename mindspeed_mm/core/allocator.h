@@ -11,4 +11,7 @@ namespace mm {
 // MM_HOST_ALLOCATOR=system in the environment leaves glibc's defaults.
 void configure_host_allocator();
 
+// This process's resident memory now (Linux /proc/self/statm), in bytes; 0 when unknown.
+long long resident_bytes();
+
 }  // namespace mm

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/training/evaluation.h"
@@ -28,15 +29,6 @@ namespace {
 using log::fixed;
 
 std::string mib(int64_t bytes) { return fixed(static_cast<double>(bytes) / (1 << 20), 2); }
-
-int64_t resident_bytes() {
-  long pages = 0, resident = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return static_cast<int64_t>(resident) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
 
 // Everything a run holds, set up in the order that matters: process group, data, model (built
 // on the device, or as shards under FSDP), plans, objective, optimizer, then the resumed state.
@@ -84,7 +76,7 @@ class Run {
 Run::Run(const config::Config& cfg)
     : cfg_(cfg),
       tc_(cfg.training),
-      start_rss_(resident_bytes()),  // libtorch and its CUDA libraries alone: the same for any model
+      start_rss_(mm::resident_bytes()),  // libtorch and its CUDA libraries alone: the same for any model
       device_(resolve_device(tc_.device, parallel::DistEnv::from_environment().local_rank, "training.device")),
       par_(cfg.parallel, parallel::DistEnv::from_environment(), device_) {
   if (tc_.threads > 0) at::set_num_threads(static_cast<int>(tc_.threads));
