@@ -73,8 +73,8 @@ mm::data::MllmRecord record(const std::string& dir, int i, const std::string& an
 // Byte tokenizer, 28x28 images as one merged token.
 mm::data::SampleEncoder encoder_28px() {
   mm::data::SampleEncoderOptions o;
-  o.media.image.min_pixels = 784;
-  o.media.image.max_pixels = 784;
+  o.media.min_pixels = 784;
+  o.media.max_pixels = 784;
   return mm::data::SampleEncoder(mm::data::byte_chat_tokenizer(), o);
 }
 

@@ -57,8 +57,8 @@ std::string vqa_line(const std::string& image, const std::string& answer) {
 
 SampleEncoderOptions small_qwen_options() {
   SampleEncoderOptions o;
-  o.media.image.min_pixels = 28 * 28;
-  o.media.image.max_pixels = 56 * 56;
+  o.media.min_pixels = 28 * 28;
+  o.media.max_pixels = 56 * 56;
   return o;
 }
 

@@ -95,8 +95,8 @@ TEST(Qwen2VL, PackedSamplesLossEqualsEachAlone) {
   auto records = mm::data::read_mllm_file(dir + "/d.jsonl").records;
   ASSERT_EQ(records.size(), 3u);
   mm::data::SampleEncoderOptions o;
-  o.media.image.min_pixels = 28 * 28;
-  o.media.image.max_pixels = 56 * 112;
+  o.media.min_pixels = 28 * 28;
+  o.media.max_pixels = 56 * 112;
   mm::data::SampleEncoder enc(mm::data::byte_chat_tokenizer(), o);
   std::vector<mm::data::EncodedSample> samples;
   for (auto& r : records) samples.push_back(enc.encode(r));

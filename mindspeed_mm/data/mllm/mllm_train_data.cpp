@@ -25,28 +25,8 @@ SampleEncoderOptions encoder_options(const config::DataConfig& c) {
   o.chat.system = c.system;
   o.cutoff_len = c.cutoff_len;
   o.truncation = c.truncation;
-  const auto& p = c.processor;
-  auto& m = o.media;
-  m.type = p.type;
-  m.image.patch_size = static_cast<int>(p.patch_size);
-  m.image.temporal_patch_size = static_cast<int>(p.temporal_patch_size);
-  m.image.merge_size = static_cast<int>(p.merge_size);
-  m.image.min_pixels = p.min_pixels;
-  m.image.max_pixels = p.max_pixels;
-  if (p.image_mean.size() != 3 || p.image_std.size() != 3)
-    throw ConfigError("config: data.processor.image_mean and image_std must hold 3 numbers (R, G, B)");
-  for (int k = 0; k < 3; ++k) {
-    m.image.mean[k] = static_cast<float>(p.image_mean[k]);
-    m.image.std[k] = static_cast<float>(p.image_std[k]);
-  }
-  m.video_min_pixels = p.video_min_pixels;
-  m.video_max_pixels = p.video_max_pixels;
-  m.video.fps = p.fps;
-  m.video.min_frames = p.min_frames;
-  m.video.max_frames = p.max_frames;
-  m.video.frame_factor = p.temporal_patch_size;
-  m.image_size = static_cast<int>(p.image_size);
-  m.image_tokens = p.image_tokens;
+  o.media = c.processor;
+  image_processor_config(o.media);  // checks image_mean / image_std now, as a ConfigError
   return o;
 }
 

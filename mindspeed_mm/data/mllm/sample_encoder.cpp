@@ -55,8 +55,38 @@ at::Tensor stack_grids(const std::vector<std::array<int64_t, 3>>& g, size_t n) {
 
 }  // namespace
 
+Qwen2VLImageConfig image_processor_config(const config::ProcessorConfig& p, bool video) {
+  if (p.image_mean.size() != 3 || p.image_std.size() != 3)
+    throw ConfigError("config: data.processor.image_mean and image_std must hold 3 numbers (R, G, B)");
+  Qwen2VLImageConfig c;
+  c.patch_size = static_cast<int>(p.patch_size);
+  c.temporal_patch_size = static_cast<int>(p.temporal_patch_size);
+  c.merge_size = static_cast<int>(p.merge_size);
+  c.min_pixels = video ? p.video_min_pixels : p.min_pixels;
+  c.max_pixels = video ? p.video_max_pixels : p.max_pixels;
+  for (int k = 0; k < 3; ++k) {
+    c.mean[k] = static_cast<float>(p.image_mean[k]);
+    c.std[k] = static_cast<float>(p.image_std[k]);
+  }
+  return c;
+}
+
+VideoSampling video_sampling(const config::ProcessorConfig& p) {
+  VideoSampling s;
+  s.fps = p.fps;
+  s.min_frames = p.min_frames;
+  s.max_frames = p.max_frames;
+  s.frame_factor = p.temporal_patch_size;
+  return s;
+}
+
 SampleEncoder::SampleEncoder(PretrainedTokenizer tokenizer, SampleEncoderOptions options)
-    : tok_(std::move(tokenizer)), opt_(std::move(options)), template_(&ChatTemplate::get(opt_.chat_template)) {
+    : tok_(std::move(tokenizer)),
+      opt_(std::move(options)),
+      template_(&ChatTemplate::get(opt_.chat_template)),
+      image_(image_processor_config(opt_.media)),
+      video_(image_processor_config(opt_.media, /*video=*/true)),
+      sampling_(video_sampling(opt_.media)) {
   const auto& m = opt_.media;
   if (m.type != "qwen2vl" && m.type != "fixed")
     throw ConfigError(cat("config: data.processor.type must be qwen2vl or fixed (got '", m.type, "')"));
@@ -97,16 +127,16 @@ int64_t SampleEncoder::estimate_length(const MllmRecord& rec) const {
         continue;
       }
       auto [w, h] = probe_image_size(path);
-      const int factor = m.image.patch_size * m.image.merge_size;
-      auto [rh, rw] = smart_resize(h, w, factor, m.image.min_pixels, m.image.max_pixels);
+      const int factor = image_.patch_size * image_.merge_size;
+      auto [rh, rw] = smart_resize(h, w, factor, image_.min_pixels, image_.max_pixels);
       n += static_cast<int64_t>(rh / factor) * (rw / factor);
     }
     for (const auto& path : rec.videos) {
       VideoInfo info = probe_video(path);
-      const int64_t frames = static_cast<int64_t>(sample_frame_indices(info.num_frames, info.fps, m.video).size());
-      const int factor = m.image.patch_size * m.image.merge_size;
-      auto [rh, rw] = smart_resize(info.height, info.width, factor, m.video_min_pixels, m.video_max_pixels);
-      const int64_t t = (frames + m.image.temporal_patch_size - 1) / m.image.temporal_patch_size;
+      const int64_t frames = static_cast<int64_t>(sample_frame_indices(info.num_frames, info.fps, sampling_).size());
+      const int factor = video_.patch_size * video_.merge_size;
+      auto [rh, rw] = smart_resize(info.height, info.width, factor, video_.min_pixels, video_.max_pixels);
+      const int64_t t = (frames + video_.temporal_patch_size - 1) / video_.temporal_patch_size;
       n += t * (rh / factor) * (rw / factor);
     }
   } catch (const Error&) {
@@ -133,14 +163,15 @@ EncodedSample SampleEncoder::encode_impl(const MllmRecord& rec, bool prompt) con
   for (const auto& path : rec.images) {
     Image im;
     try {
-      im = load_image(path, m.max_decoded_pixels);
+      im = load_image(path, opt_.max_decoded_pixels);
       if (qwen) {
-        VisionPatches p = process_image(im, m.image);
+        VisionPatches p = process_image(im, image_);
         images.values.push_back(patches_tensor(p));
         images.grids.push_back({p.grid_t, p.grid_h, p.grid_w});
-        images.tokens.push_back(p.merged_tokens(m.image.merge_size));
+        images.tokens.push_back(p.merged_tokens(image_.merge_size));
       } else {
-        images.values.push_back(normalized_planes(resize_shortest_and_crop(im, m.image_size), m.image.mean, m.image.std));
+        images.values.push_back(
+            normalized_planes(resize_shortest_and_crop(im, static_cast<int>(m.image_size)), image_.mean, image_.std));
         images.tokens.push_back(m.image_tokens);
       }
     } catch (const Error& e) {
@@ -150,19 +181,16 @@ EncodedSample SampleEncoder::encode_impl(const MllmRecord& rec, bool prompt) con
   for (const auto& path : rec.videos) {
     MM_CHECK(qwen, rec.source, ": ", path, ": the fixed image processor takes no videos (use qwen2vl)");
     try {
-      DecodedVideo v = decode_video(path, m.video, m.max_decoded_pixels);
-      Qwen2VLImageConfig vc = m.image;
-      vc.min_pixels = m.video_min_pixels;
-      vc.max_pixels = m.video_max_pixels;
-      VisionPatches p = process_video(v.frames, vc);
+      DecodedVideo v = decode_video(path, sampling_, opt_.max_decoded_pixels);
+      VisionPatches p = process_video(v.frames, video_);
       videos.values.push_back(patches_tensor(p));
       videos.grids.push_back({p.grid_t, p.grid_h, p.grid_w});
-      videos.tokens.push_back(p.merged_tokens(m.image.merge_size));
+      videos.tokens.push_back(p.merged_tokens(video_.merge_size));
       // The sampled frame rate: frames kept over the clip's duration in frames / fps.
       const double sampled_fps = v.info.fps > 0 && v.info.num_frames > 0
                                      ? static_cast<double>(v.frames.size()) * v.info.fps / v.info.num_frames
-                                     : m.video.fps;
-      videos.second_per_grid.push_back(m.image.temporal_patch_size / sampled_fps);
+                                     : sampling_.fps;
+      videos.second_per_grid.push_back(video_.temporal_patch_size / sampled_fps);
     } catch (const Error& e) {
       throw Error(cat(rec.source, ": ", e.what()));
     }

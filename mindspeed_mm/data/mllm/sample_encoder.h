@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/data/chat_template.h"
 #include "mindspeed_mm/data/media/qwen2vl_image_processor.h"
 #include "mindspeed_mm/data/media/video.h"
@@ -25,25 +26,13 @@
 
 namespace mm::data {
 
-struct MediaProcessorConfig {
-  std::string type = "qwen2vl";  // qwen2vl | fixed
-  // qwen2vl: image patches; videos use the same patching with their own pixel budget per frame
-  // (qwen_vl_utils' VIDEO_MIN_PIXELS / VIDEO_MAX_PIXELS) and frame sampling.
-  Qwen2VLImageConfig image;
-  int64_t video_min_pixels = 128 * 28 * 28;
-  int64_t video_max_pixels = 768 * 28 * 28;
-  VideoSampling video;
-  // fixed (CLIPImageProcessor): shortest edge to image_size (bicubic), center crop
-  // image_size^2, rescale, normalize with image.mean/std; image_tokens pads per image.
-  int image_size = 336;
-  int64_t image_tokens = 576;
-  int64_t max_decoded_pixels = int64_t(1) << 28;  // decompression-bomb guard per image / frame
-};
-
 struct SampleEncoderOptions {
   std::string chat_template = "qwen2vl";
   ChatOptions chat;
-  MediaProcessorConfig media;
+  // Image and video processing: the config's data.processor section itself (config/config.h:
+  // qwen2vl patches with their pixel budgets and frame sampling, or a fixed CLIP-style resize).
+  config::ProcessorConfig media;
+  int64_t max_decoded_pixels = int64_t(1) << 28;  // decompression-bomb guard per image / frame
   int64_t cutoff_len = 2048;
   std::string truncation = "cut";  // cut: drop the tail (whole images only) | skip: a bad sample
 };
@@ -58,6 +47,11 @@ struct EncodedSample {
   std::string source;
   int64_t num_labels() const;
 };
+
+// data.processor in the image processor's terms (video: the per-frame pixel budget), and its
+// frame sampling. ConfigError when image_mean / image_std do not hold 3 numbers.
+Qwen2VLImageConfig image_processor_config(const config::ProcessorConfig& p, bool video = false);
+VideoSampling video_sampling(const config::ProcessorConfig& p);
 
 class SampleEncoder {
  public:
@@ -86,6 +80,8 @@ class SampleEncoder {
   PretrainedTokenizer tok_;
   SampleEncoderOptions opt_;
   const ChatTemplate* template_;
+  Qwen2VLImageConfig image_, video_;  // from opt_.media
+  VideoSampling sampling_;
   int64_t pad_id_ = 0, eos_id_ = 0, image_pad_ = -1, video_pad_ = -1, vision_start_ = -1, vision_end_ = -1;
 };
 
