@@ -125,4 +125,9 @@ std::shared_ptr<models::Model> build_model(const config::ModelConfig& m, int64_t
   return model;
 }
 
+std::shared_ptr<models::Model> build_model(const config::ModelConfig& m, const data::TrainData& data, uint64_t seed,
+                                           const std::string* source_file, bool deferred, at::Device device) {
+  return build_model(m, data.vocab_size, seed, source_file, deferred, device);
+}
+
 }  // namespace mm::training

@@ -6,6 +6,7 @@
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/models/model_registry.h"
 
 namespace mm::training {
@@ -21,6 +22,12 @@ nlohmann::json resolve_hf_config(const config::ModelConfig& m, int64_t tokenizer
 // source_file (the YAML's name) only improves error messages. deferred: parameters left
 // without storage (core/param_init.h), neither initialised nor loaded: FSDP materialises its shards.
 std::shared_ptr<models::Model> build_model(const config::ModelConfig& m, int64_t tokenizer_vocab, uint64_t seed,
+                                           const std::string* source_file = nullptr, bool deferred = false,
+                                           at::Device device = at::kCPU);
+
+// The same for a run's data: what the model takes from it (today the tokenizer's vocabulary size,
+// for text data; nothing for data without a vocabulary).
+std::shared_ptr<models::Model> build_model(const config::ModelConfig& m, const data::TrainData& data, uint64_t seed,
                                            const std::string* source_file = nullptr, bool deferred = false,
                                            at::Device device = at::kCPU);
 

@@ -142,7 +142,7 @@ void Run::setup_model() {
   const auto seed = static_cast<uint64_t>(tc_.seed);
   at::manual_seed(seed);
   const bool deferred = par_.shape().dp_shard > 1;
-  model_ = build_model(cfg_.model, data_.vocab_size, seed, &cfg_.source_file, deferred, device_);
+  model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, deferred, device_);
   dp_ = parallelize(*model_, cfg_, par_, device_, deferred);
   int64_t trainable = 0;
   for (auto& p : model_->parameters())
