@@ -243,6 +243,7 @@ double Run::validate(const std::string& when, bool with_baseline) {
                             tc_.precision == "bf16", dp_.get(), &par_);
   std::string line = cat("validation ", when, ": ", objective_->describe(v));
   nlohmann::json record = {{"iter", state_.iteration}, {"val_loss", v}};
+  record.update(objective_->eval_record(v));
   if (with_baseline) {
     Report b = objective_->baseline(data_);
     if (!b.text.empty()) line += "; " + b.text;

@@ -48,6 +48,8 @@ class CausalLMObjective : public Objective {
     return cat("loss ", fixed(loss, 4), " (ppl ", fixed(std::exp(loss), 2), ")");
   }
 
+  nlohmann::json eval_record(double loss) const override { return {{"val_ppl", std::exp(loss)}}; }
+
   // The entropy of the validation tokens under the training split's unigram frequencies: what a
   // model that ignores context scores (text data only).
   Report baseline(const data::TrainData& d) const override {

@@ -50,6 +50,8 @@ class Objective {
   virtual EvalSums eval_sums(const models::Outputs& out, const data::Batch& batch) const = 0;
   // A loss in the run's words: "loss 2.3026 (ppl 10.00)".
   virtual std::string describe(double loss) const = 0;
+  // Fields a validation record in the metrics JSONL carries besides val_loss ({"val_ppl": 10.0}).
+  virtual nlohmann::json eval_record(double loss) const { return nlohmann::json::object(); }
   // Added to the first validation report (a baseline the loss can be judged against); the
   // JSONL fields go into the same record.
   virtual Report baseline(const data::TrainData& data) const { return {}; }
