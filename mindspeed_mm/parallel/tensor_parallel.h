@@ -1,0 +1,39 @@
+// Tensor- and sequence-parallel regions (Megatron-LM's mappings) as differentiable functions
+// over a tensor-parallel group: collectives with gradients, so parallel layers are ordinary
+// compositions (MLX's distributed ops are the model). Each pair is the other's transpose:
+//
+//   copy_to_tp_region        forward: identity             backward: all-reduce (sum)
+//   reduce_from_tp_region    forward: all-reduce (sum)     backward: identity
+//   gather_from_tp_region    forward: all-gather last dim  backward: this rank's slice
+//   scatter_to_tp_region     forward: this rank's slice    backward: all-gather last dim
+//   gather_from_sequence_region          forward: all-gather along `dim`  backward: reduce-scatter
+//   reduce_scatter_to_sequence_region    forward: reduce-scatter          backward: all-gather
+//
+// A column-parallel linear is linear(copy_to(x), W_rows) (then gather_from to get the whole
+// output); a row-parallel one is reduce_from(linear(x_cols, W_cols)). With sequence parallelism
+// the copy / reduce around a TP region become gather_from_sequence / reduce_scatter_to_sequence.
+// Slices are equal: the split dimension must divide by the group size (ConfigError otherwise,
+// naming the sizes). A group of one returns its input.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "mindspeed_mm/parallel/communicator.h"
+
+namespace mm::parallel {
+
+using TpGroup = std::shared_ptr<Communicator>;
+
+at::Tensor copy_to_tp_region(const at::Tensor& x, const TpGroup& tp);
+at::Tensor reduce_from_tp_region(const at::Tensor& x, const TpGroup& tp);
+at::Tensor gather_from_tp_region(const at::Tensor& x, const TpGroup& tp);
+at::Tensor scatter_to_tp_region(const at::Tensor& x, const TpGroup& tp);
+at::Tensor gather_from_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
+at::Tensor reduce_scatter_to_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
+
+// This rank's equal slice of x along dim (no communication, no gradient bookkeeping beyond narrow).
+at::Tensor tp_slice(const at::Tensor& x, int64_t dim, int rank, int size);
+
+}  // namespace mm::parallel
