@@ -37,6 +37,9 @@ struct ModelPart {
 struct PlanTable {
   // The FSDP units when parallel.fsdp.units is empty: the repeated blocks ("model.layers.{*}").
   std::vector<std::string> fsdp_units;
+  // Tensor parallelism: (pattern, style) with style colwise (Linear: output features split),
+  // rowwise (Linear: input features split, outputs summed) or heads (a HeadSplittable module).
+  std::vector<std::pair<std::string, std::string>> tensor_parallel;
 };
 
 class Model : public mm::nn::Module {

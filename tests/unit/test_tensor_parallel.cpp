@@ -1,19 +1,33 @@
 // Tensor- and sequence-parallel regions (parallel/tensor_parallel.h) on real loopback ranks
 // (this binary re-run under mm launch): a column-parallel and a row-parallel linear, and the
 // sequence-parallel gather / reduce-scatter pair, give one process's outputs and gradients
-// (input and weight) on 2 and 4 ranks, in float64.
+// (input and weight) on 2 and 4 ranks, in float64; and Qwen2 under its tensor-parallel plan
+// (training/tensor_parallel_plan.h) gives one process's logits, loss and gradients.
 #include <gtest/gtest.h>
 
 #include "config_error.h"
 #include "dist_worker.h"
 #include "mindspeed_mm/parallel/communicator.h"
 #include "mindspeed_mm/parallel/tensor_parallel.h"
+#include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/models/model_registry.h"
+#include "mindspeed_mm/training/tensor_parallel_plan.h"
 
 using namespace mm::parallel;
 
 namespace {
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+std::shared_ptr<mm::models::CausalLM> tiny_qwen2() {
+  const nlohmann::json cfg = {{"vocab_size", 40},       {"hidden_size", 32},        {"intermediate_size", 48},
+                              {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                              {"rope_theta", 10000.0},  {"tie_word_embeddings", false}};
+  auto m = mm::models::as_causal_lm(mm::models::model_registry().get("qwen2")(cfg, "tp test", true), "tp test");
+  m->init_weights(7);
+  m->to(at::kDouble);
+  return m;
+}
 
 at::Tensor seeded(at::IntArrayRef shape, uint64_t seed) {
   at::manual_seed(seed);
@@ -85,6 +99,71 @@ TEST(DistWorker, TensorParallelRegions) {
   // A size that does not divide is a clear error.
   const std::string e = mm::test::config_error([&] { scatter_to_tp_region(at::zeros({2, 7}), tp); });
   EXPECT_NE(e.find("dimension 1 of size 7 does not divide by the tensor-parallel size"), std::string::npos) << e;
+}
+
+// Qwen2's plan table on 2 ranks: q/k/v and gate/up column-parallel, o and down row-parallel,
+// half the heads per rank. Logits and loss equal one process's; every gradient equals one
+// process's (split weights: this rank's slice of it).
+TEST(DistWorker, TensorParallelQwen2) {
+  if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
+  auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
+  const int n = tp->size(), r = tp->rank();
+  auto ref = tiny_qwen2(), par = tiny_qwen2();
+  const auto plan = par->plans().tensor_parallel;
+  EXPECT_EQ(mm::training::apply_tensor_parallel_plan(*par, plan, tp), 2 * 8);
+  at::manual_seed(3);
+  const at::Tensor ids = at::randint(40, {2, 9}, at::kLong), labels = at::randint(40, {2, 9}, at::kLong);
+  at::Tensor a = ref->forward(ids), b = par->forward(ids);
+  EXPECT_LT(max_diff(a, b), 1e-12);
+  at::Tensor la = mm::models::lm_cross_entropy(a, labels), lb = mm::models::lm_cross_entropy(b, labels);
+  EXPECT_LT(std::abs(la.item<double>() - lb.item<double>()), 1e-12);
+  la.backward();
+  lb.backward();
+  auto pa = ref->named_parameters(), pb = par->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  int64_t split = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const std::string& name = pa[i].first;
+    const at::Tensor &ga = pa[i].second.grad(), &gb = pb[i].second.grad();
+    ASSERT_TRUE(ga.defined() && gb.defined()) << name;
+    at::Tensor want = ga;
+    if (gb.sizes() != ga.sizes()) {  // a split weight: rows (colwise) or columns (rowwise)
+      const int64_t dim = gb.size(0) != ga.size(0) ? 0 : 1;
+      want = tp_slice(ga, dim, r, n);
+      ++split;
+    }
+    EXPECT_LT(max_diff(gb, want), 1e-12) << name;
+  }
+  EXPECT_EQ(split, 2 * (3 + 3 + 1 + 3));  // per layer: q, k, v weights and biases; o; gate, up, down
+}
+
+TEST(DistWorker, TensorParallelPlanErrors) {
+  if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
+  auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
+  auto m = tiny_qwen2();
+  const std::string e = mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, m->plans().tensor_parallel, tp); });
+  EXPECT_NE(e.find("model.layers.0.self_attn has 4 query and 2 key/value heads; both must divide by 4"), std::string::npos) << e;
+  EXPECT_EQ(m->named_parameters()[1].second.size(0), 32);  // q_proj untouched
+}
+
+TEST(TensorParallel, PlanStylesAndPatternsAreChecked) {
+  auto m = tiny_qwen2();
+  EXPECT_NE(mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, {{"model.norm", "colwise"}}, nullptr); })
+                .find("model.norm is a RMSNorm, not a Linear (colwise)"),
+            std::string::npos);
+  EXPECT_NE(mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, {{"lm_head", "diagonal"}}, nullptr); })
+                .find("unknown style 'diagonal'"),
+            std::string::npos);
+  EXPECT_NE(mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, {{"model.decoder", "rowwise"}}, nullptr); })
+                .find("pattern 'model.decoder' matches no module"),
+            std::string::npos);
+}
+
+TEST(TensorParallel, Qwen2PlanEqualsOneProcessOnTwoRanks) {
+  auto r = mm::test::launch_worker(2, "TensorParallelQwen2");
+  mm::test::expect_all_ranks_passed(r, 2);
+  auto e = mm::test::launch_worker(4, "TensorParallelPlanErrors");
+  mm::test::expect_all_ranks_passed(e, 4);
 }
 
 TEST(TensorParallel, RegionsEqualOneProcessOnTwoAndFourRanks) {

@@ -7,9 +7,18 @@
 #include <ATen/ATen.h>
 #include <c10/util/Optional.h>
 
+#include <utility>
 #include <vector>
 
 namespace mm::models {
+
+// An attention module whose heads a tensor-parallel plan splits: after keep_heads it runs
+// q_heads query and kv_heads key/value heads (its projections sharded to match).
+struct HeadSplittable {
+  virtual ~HeadSplittable() = default;
+  virtual std::pair<int64_t, int64_t> heads() const = 0;  // (query, key/value)
+  virtual void keep_heads(int64_t q_heads, int64_t kv_heads) = 0;
+};
 
 // q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq % Hkv == 0 (kv head h serves query heads
 // h*Hq/Hkv .. (h+1)*Hq/Hkv - 1, i.e. repeat_interleave as in HF repeat_kv).

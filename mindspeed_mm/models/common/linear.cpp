@@ -9,7 +9,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, at::ScalarType dtype)
   if (has_bias) bias = register_parameter("bias", at::zeros({out}, at::TensorOptions().dtype(dtype)));
 }
 
-at::Tensor Linear::forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
+at::Tensor Linear::forward(const at::Tensor& x) const {
+  return parallel_forward ? parallel_forward(*this, x) : at::linear(x, weight, bias);
+}
 
 Embedding::Embedding(int64_t n, int64_t dim, at::ScalarType dtype) : num_embeddings(n), embedding_dim(dim) {
   weight = register_parameter("weight", at::zeros({n, dim}, at::TensorOptions().dtype(dtype)));

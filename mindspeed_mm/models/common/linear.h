@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+
 #include "mindspeed_mm/core/module.h"
 
 namespace mm::models {
@@ -16,6 +18,9 @@ class Linear : public mm::nn::Module {
 
   int64_t in_features, out_features;
   at::Tensor weight, bias;  // bias undefined when constructed without one
+  // Set by a parallel plan (training/tensor_parallel_plan.h) to run this layer as a column- or
+  // row-parallel piece; model code never sets it.
+  std::function<at::Tensor(const Linear&, const at::Tensor&)> parallel_forward;
 };
 
 // Token lookup: weight [num_embeddings, embedding_dim].

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/hf_config.h"
 #include "mindspeed_mm/models/common/linear.h"
 #include "mindspeed_mm/models/common/mlp.h"
@@ -89,13 +90,18 @@ struct Qwen2Config {
   double flops_per_token(int64_t seq_len) const;
 };
 
-class Qwen2Attention : public mm::nn::Module {
+class Qwen2Attention : public mm::nn::Module, public HeadSplittable {
  public:
   Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype);
   // x [B, S, hidden] -> [B, S, hidden]; uses ctx.cos/sin, ctx.attn_mask, ctx.causal, and
   // appends to ctx.kv_cache (layer ctx.layer_index) when set.
   at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
   std::string type_name() const override { return "Qwen2Attention"; }
+  std::pair<int64_t, int64_t> heads() const override { return {num_heads, num_kv_heads}; }
+  void keep_heads(int64_t q_heads, int64_t kv_heads) override {
+    num_heads = q_heads;
+    num_kv_heads = kv_heads;
+  }
 
   int64_t num_heads, num_kv_heads, head_dim;
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
@@ -134,7 +140,17 @@ class Qwen2ForCausalLM : public CausalLM {
   explicit Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype = at::kFloat);
 
   using CausalLM::forward;  // forward(const data::Batch&) too
-  PlanTable plans() const override { return {{"model.layers.{*}"}}; }
+  PlanTable plans() const override {
+    return {{"model.layers.{*}"},
+            {{"model.layers.{*}.self_attn", "heads"},
+             {"model.layers.{*}.self_attn.q_proj", "colwise"},
+             {"model.layers.{*}.self_attn.k_proj", "colwise"},
+             {"model.layers.{*}.self_attn.v_proj", "colwise"},
+             {"model.layers.{*}.self_attn.o_proj", "rowwise"},
+             {"model.layers.{*}.mlp.gate_proj", "colwise"},
+             {"model.layers.{*}.mlp.up_proj", "colwise"},
+             {"model.layers.{*}.mlp.down_proj", "rowwise"}}};
+  }
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const at::Tensor& attn_mask = {}) override;
   // The token fields of `in`; with in.kv_cache, positions continue after the cached tokens.
