@@ -135,6 +135,27 @@ at::Tensor tp_slice(const at::Tensor& x, int64_t dim, int rank, int size) {
   return x.narrow(d, rank * chunk, chunk);
 }
 
+std::pair<at::Tensor, at::Tensor> vocab_parallel_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels,
+                                                                   const TpGroup& tp) {
+  const int n = alone(tp) ? 1 : tp->size(), r = alone(tp) ? 0 : tp->rank();
+  const at::Tensor x = logits.scalar_type() == at::kDouble ? logits : logits.to(at::kFloat);  // fp32 at least
+  const int64_t v_local = x.size(-1), first = r * v_local;
+  // The global max per token (a constant shift: no gradient through it).
+  at::Tensor m = std::get<0>(x.detach().max(-1)).contiguous();
+  if (n > 1) tp->all_reduce(m, ReduceOp::kMax);
+  const at::Tensor shifted = x - m.unsqueeze(-1);
+  const at::Tensor sum_exp = reduce_from_tp_region(shifted.exp().sum(-1), tp);
+  // The target's shifted logit, from the rank that holds it (0 elsewhere), summed over ranks.
+  const at::Tensor scored = labels.ne(-100);
+  const at::Tensor local = labels - first;
+  const at::Tensor mine = scored.logical_and(local.ge(0)).logical_and(local.lt(v_local));
+  const at::Tensor index = at::where(mine, local, at::zeros_like(local)).unsqueeze(-1);
+  const at::Tensor picked = shifted.gather(-1, index).squeeze(-1) * mine.to(shifted.scalar_type());
+  const at::Tensor target = reduce_from_tp_region(picked, tp);
+  const at::Tensor per_token = (sum_exp.log() - target) * scored.to(shifted.scalar_type());
+  return {per_token.sum(), scored.sum()};
+}
+
 at::Tensor copy_to_tp_region(const at::Tensor& x, const TpGroup& tp) {
   return alone(tp) ? x : CopyToRegion::apply(x, hold(tp, -1));
 }

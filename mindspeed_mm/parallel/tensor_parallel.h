@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <utility>
 
 #include "mindspeed_mm/parallel/communicator.h"
 
@@ -32,6 +33,15 @@ at::Tensor gather_from_tp_region(const at::Tensor& x, const TpGroup& tp);
 at::Tensor scatter_to_tp_region(const at::Tensor& x, const TpGroup& tp);
 at::Tensor gather_from_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
 at::Tensor reduce_scatter_to_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
+
+// Next-token cross-entropy of logits split over the group along the vocabulary (logits [..., V/n]:
+// rank r holds ids [r V/n, (r+1) V/n)), without gathering them: the max, the sum of exponentials
+// and the target's logit are all-reduced ([...] numbers each, never [..., V]). labels [...]
+// aligned with the logits, -100 = not scored. Returns (sum of token losses, count of scored
+// tokens) as lm_cross_entropy_sum does, the same on every rank; backward gives each rank its
+// slice of the full logits' gradient.
+std::pair<at::Tensor, at::Tensor> vocab_parallel_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels,
+                                                                   const TpGroup& tp);
 
 // This rank's equal slice of x along dim (no communication, no gradient bookkeeping beyond narrow).
 at::Tensor tp_slice(const at::Tensor& x, int64_t dim, int rank, int size);

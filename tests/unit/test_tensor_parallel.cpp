@@ -146,6 +146,29 @@ TEST(DistWorker, TensorParallelPlanErrors) {
   EXPECT_EQ(m->named_parameters()[1].second.size(0), 32);  // q_proj untouched
 }
 
+// Vocab-parallel cross-entropy: each rank holds a slice of the vocabulary's logits; the loss and
+// count equal the full logits' and each rank's gradient is its slice of the full gradient.
+TEST(DistWorker, TensorParallelVocabCrossEntropy) {
+  if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
+  auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
+  const int n = tp->size(), r = tp->rank();
+  const at::Tensor full = seeded({2, 7, 12}, 11) * 4;
+  at::manual_seed(12);
+  at::Tensor labels = at::randint(12, {2, 7}, at::kLong);
+  labels[0][3] = -100;
+  labels[1][6] = -100;
+  at::Tensor ref = full.clone().requires_grad_(true);
+  auto ce = mm::models::lm_cross_entropy_sum(ref, labels);
+  ce.sum.backward();
+  at::Tensor local = tp_slice(full, -1, r, n).clone().requires_grad_(true);
+  auto [sum, count] = vocab_parallel_cross_entropy_sum(local, labels, tp);
+  EXPECT_NEAR(sum.item<double>(), ce.sum.item<double>(), 1e-10);
+  EXPECT_EQ(count.item<int64_t>(), 12);
+  EXPECT_EQ(count.item<int64_t>(), ce.count.item<int64_t>());
+  sum.backward();
+  EXPECT_LT(max_diff(local.grad(), tp_slice(ref.grad(), -1, r, n)), 1e-12);
+}
+
 TEST(TensorParallel, PlanStylesAndPatternsAreChecked) {
   auto m = tiny_qwen2();
   EXPECT_NE(mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, {{"model.norm", "colwise"}}, nullptr); })
@@ -164,6 +187,10 @@ TEST(TensorParallel, Qwen2PlanEqualsOneProcessOnTwoRanks) {
   mm::test::expect_all_ranks_passed(r, 2);
   auto e = mm::test::launch_worker(4, "TensorParallelPlanErrors");
   mm::test::expect_all_ranks_passed(e, 4);
+}
+
+TEST(TensorParallel, VocabParallelCrossEntropyOnTwoAndFourRanks) {
+  for (int n : {2, 4}) mm::test::expect_all_ranks_passed(mm::test::launch_worker(n, "TensorParallelVocabCrossEntropy"), n);
 }
 
 TEST(TensorParallel, RegionsEqualOneProcessOnTwoAndFourRanks) {
