@@ -12,6 +12,7 @@
 #include "mindspeed_mm/inference/generate.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/training/objectives/objective.h"
+#include "mindspeed_mm/training/train_step.h"
 
 namespace mm::training {
 namespace {
@@ -63,13 +64,8 @@ class CausalLMObjective : public Objective {
   Report after_training(models::Model& model, const data::TrainData& d) const override {
     auto* lm = dynamic_cast<models::CausalLM*>(&model);
     if (!reports_after_training() || !lm || !d.encode) return {};
-    at::Device device = at::kCPU;
-    for (const auto& p : model.parameters()) {
-      device = p.device();
-      break;
-    }
     models::MultimodalInputs prompt;
-    prompt.input_ids = at::tensor(d.encode(sample_.prompt), at::kLong).unsqueeze(0).to(device);
+    prompt.input_ids = at::tensor(d.encode(sample_.prompt), at::kLong).unsqueeze(0).to(model_device(model));
     inference::SamplingOptions o;
     o.max_new_tokens = sample_.max_new_tokens;  // temperature 0: greedy
     o.stop_token_ids = {d.eos_id};
