@@ -1,5 +1,7 @@
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 
+#include "mindspeed_mm/core/param_init.h"
+
 #include <ATen/core/grad_mode.h>
 
 #include <csignal>
@@ -67,6 +69,11 @@ void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries) 
              " elements for the range [", e.begin, ", ", e.end, ")");
     tensors.emplace_back(e.name, e.data.detach().reshape({-1}));  // to the host one at a time, while writing
     placement[e.name] = {{"shape", e.shape}, {"begin", e.begin}, {"end", e.end}};
+    if (!e.box.whole()) {
+      placement[e.name]["view"] = e.box.view;
+      placement[e.name]["offset"] = e.box.offset;
+      placement[e.name]["box"] = e.box.sizes;
+    }
   }
   st::save_safetensors(path.string(), tensors, {{"mm_placement", placement.dump()}});
 }
@@ -87,7 +94,10 @@ nlohmann::json collect_metadata(const fs::path& dir, int world) {
         nlohmann::json& e = out[t];
         e["shape"] = where["shape"];
         e["dtype"] = st::dtype_to_safetensors(reader.info(t).dtype);
-        e["shards"].push_back({{"file", name}, {"begin", where["begin"]}, {"end", where["end"]}});
+        nlohmann::json piece = {{"file", name}, {"begin", where["begin"]}, {"end", where["end"]}};
+        for (const char* k : {"view", "offset", "box"})
+          if (where.contains(k)) piece[k] = where[k];
+        e["shards"].push_back(std::move(piece));
       }
     }
   }
@@ -121,7 +131,9 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
                          {{"format", "pt"}});
     st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), detached(mine.optimizer_state));
   }
-  st::write_file_atomic((tmp_dir / rank_file("loader", rank, "json")).string(), mine.loader_state.dump() + "\n");
+  if (mine.writes_loader)
+    st::write_file_atomic((tmp_dir / rank_file("loader", mine.loader_rank >= 0 ? mine.loader_rank : rank, "json")).string(),
+                          mine.loader_state.dump() + "\n");
   const char* kill = std::getenv("MM_DEBUG_KILL_IN_SAVE");
   const char* kill_rank = std::getenv("MM_DEBUG_KILL_RANK");
   if (kill && std::atoll(kill) == state.iteration && (kill_rank ? std::atoi(kill_rank) : 0) == rank) std::raise(SIGKILL);
@@ -137,7 +149,7 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
     nlohmann::json js = {{"iteration", state.iteration},
                          {"consumed_samples", state.consumed_samples},
                          {"sampler", state.sampler},
-                         {"loader_world", world},
+                         {"loader_world", mine.loader_world > 0 ? mine.loader_world : world},
                          {"config", state.config_yaml}};
     st::write_file_atomic((tmp_dir / "train_state.json").string(), js.dump(2) + "\n");
     // Replace an older copy of the same iteration (a resumed run saving again) only now that the
@@ -197,8 +209,9 @@ void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params,
       continue;
     }
     auto info = weights.info(it->second);
-    if (std::vector<int64_t>(p.sizes().begin(), p.sizes().end()) != info.shape)
-      mismatched.push_back(cat(it->second, " ", c10::IntArrayRef(info.shape), " vs model ", p.sizes()));
+    const std::vector<int64_t> shape = mm::nn::full_shape(p);  // a tensor-parallel slice's whole tensor
+    if (shape != info.shape)
+      mismatched.push_back(cat(it->second, " ", c10::IntArrayRef(info.shape), " vs model ", c10::IntArrayRef(shape)));
     by_model_name.erase(it);
   }
   for (auto& [name, k] : by_model_name)
@@ -250,9 +263,15 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
         Entry entry;
         entry.shape = e.at("shape").get<std::vector<int64_t>>();
         entry.dtype = st::dtype_from_safetensors(e.at("dtype").get<std::string>());
-        for (auto& piece : e.at("shards"))
-          entry.pieces.push_back({piece.at("file").get<std::string>(), piece.at("begin").get<int64_t>(),
-                                  piece.at("end").get<int64_t>()});
+        for (auto& piece : e.at("shards")) {
+          Piece p{piece.at("file").get<std::string>(), piece.at("begin").get<int64_t>(), piece.at("end").get<int64_t>(), {}};
+          if (piece.contains("view")) {
+            p.box.view = piece.at("view").get<std::vector<int64_t>>();
+            p.box.offset = piece.at("offset").get<std::vector<int64_t>>();
+            p.box.sizes = piece.at("box").get<std::vector<int64_t>>();
+          }
+          entry.pieces.push_back(std::move(p));
+        }
         entries_[kind][key] = std::move(entry);
       }
   } catch (const nlohmann::json::exception& e) {
@@ -292,9 +311,119 @@ at::ScalarType CheckpointReader::dtype(const std::string& kind, const std::strin
   return entries_.at(kind).at(name).dtype;
 }
 
+namespace {
+
+int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
+  int64_t n = 1;
+  for (size_t i = from; i < v.size(); ++i) n *= v[i];
+  return n;
+}
+
+// The blocks (offset, sizes) of a tensor of `shape` whose row-major flattening, from dimension
+// `dim` on at offset `at`, covers [b, e): partial rows recurse one dimension down.
+void range_blocks(const std::vector<int64_t>& shape, size_t dim, std::vector<int64_t> at, int64_t b, int64_t e,
+                  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>& out) {
+  if (b >= e) return;
+  auto block = [&](int64_t row, int64_t rows) {
+    std::vector<int64_t> off = at, sizes(shape.size(), 1);
+    off[dim] += row;
+    sizes[dim] = rows;
+    for (size_t d = dim + 1; d < shape.size(); ++d) sizes[d] = shape[d];
+    out.emplace_back(std::move(off), std::move(sizes));
+  };
+  const int64_t inner = product(shape, dim + 1);
+  if (dim + 1 == shape.size()) return block(b, e - b);
+  int64_t r0 = b / inner;
+  const int64_t r1 = e / inner;
+  if (b % inner != 0) {
+    const int64_t stop = std::min(e, (r0 + 1) * inner);
+    std::vector<int64_t> row = at;
+    row[dim] += r0;
+    range_blocks(shape, dim + 1, row, b - r0 * inner, stop - r0 * inner, out);
+    if (stop == e) return;
+    ++r0;
+  }
+  if (r1 > r0) block(r0, r1 - r0);
+  if (e > r1 * inner) {
+    std::vector<int64_t> row = at;
+    row[dim] += r1;
+    range_blocks(shape, dim + 1, row, 0, e - r1 * inner, out);
+  }
+}
+
+bool whole_in(const TensorBox& b, const std::vector<int64_t>& shape) {
+  return b.whole() || (b.sizes == b.view && product(b.offset) == 0 && product(b.view) == product(shape));
+}
+
+}  // namespace
+
+at::Tensor CheckpointReader::read_box(const std::string& kind, const std::string& name, const TensorBox& box,
+                                      int64_t begin, int64_t end) const {
+  if (!has(kind, name)) throw Error(cat("checkpoint: '", dir_, "' has no ", kind, " tensor '", name, "'"));
+  const Entry& e = entries_.at(kind).at(name);
+  const std::vector<int64_t> shape = e.shape.empty() ? std::vector<int64_t>{1} : e.shape;
+  bool all_whole = whole_in(box, shape);
+  for (const Piece& p : e.pieces) all_whole = all_whole && whole_in(p.box, shape);
+  if (all_whole) return read(kind, name, begin, end);
+  if (end == begin) return at::empty({0}, e.dtype);
+  // The view both sides are expressed in: a whole box fits any view.
+  std::vector<int64_t> view = box.whole() ? std::vector<int64_t>{} : box.view;
+  for (const Piece& p : e.pieces) {
+    if (whole_in(p.box, shape)) continue;
+    if (view.empty()) view = p.box.view;
+    else if (view != p.box.view)
+      throw Error(cat("checkpoint: '", dir_, "': ", kind, " tensor '", name, "' was split as ",
+                      c10::IntArrayRef(p.box.view), ", the model splits it as ", c10::IntArrayRef(view)));
+  }
+  if (view.empty()) view = shape;
+  const std::vector<int64_t> want_off = whole_in(box, shape) ? std::vector<int64_t>(view.size(), 0) : box.offset;
+  const std::vector<int64_t> want_sizes = whole_in(box, shape) ? view : box.sizes;
+  at::Tensor out, covered = at::zeros(want_sizes, at::kBool);
+  for (const Piece& p : e.pieces) {
+    const bool whole = whole_in(p.box, shape);
+    const std::vector<int64_t> p_off = whole ? std::vector<int64_t>(view.size(), 0) : p.box.offset;
+    const std::vector<int64_t> p_sizes = whole ? view : p.box.sizes;
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> blocks;
+    range_blocks(p_sizes, 0, std::vector<int64_t>(view.size(), 0), p.begin, p.end, blocks);
+    at::Tensor src;
+    int64_t consumed = 0;
+    for (const auto& [off, sizes] : blocks) {
+      const int64_t n = product(sizes);
+      std::vector<int64_t> lo(view.size()), hi(view.size());
+      bool empty = false;
+      for (size_t d = 0; d < view.size(); ++d) {
+        lo[d] = std::max(p_off[d] + off[d], want_off[d]);
+        hi[d] = std::min(p_off[d] + off[d] + sizes[d], want_off[d] + want_sizes[d]);
+        empty = empty || hi[d] <= lo[d];
+      }
+      if (!empty) {
+        if (!src.defined()) src = file(p.file).get(name).reshape({-1});
+        if (!out.defined()) out = at::empty(want_sizes, src.options());
+        at::Tensor from = src.narrow(0, consumed, n).view(sizes), to = out, mark = covered;
+        for (size_t d = 0; d < view.size(); ++d) {
+          const int64_t len = hi[d] - lo[d];
+          from = from.narrow(static_cast<int64_t>(d), lo[d] - p_off[d] - off[d], len);
+          to = to.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
+          mark = mark.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
+        }
+        to.copy_(from);
+        mark.fill_(true);
+      }
+      consumed += n;
+    }
+  }
+  if (!out.defined() || !covered.reshape({-1}).narrow(0, begin, end - begin).all().item<bool>())
+    throw Error(cat("checkpoint: '", dir_, "': elements [", begin, ", ", end, ") of a block of ", kind, " tensor '", name,
+                    "' are not all in its pieces (a rank's files missing?)"));
+  return out.reshape({-1}).narrow(0, begin, end - begin).clone();
+}
+
 at::Tensor CheckpointReader::read(const std::string& kind, const std::string& name, int64_t begin, int64_t end) const {
   if (!has(kind, name)) throw Error(cat("checkpoint: '", dir_, "' has no ", kind, " tensor '", name, "'"));
   const Entry& e = entries_.at(kind).at(name);
+  const std::vector<int64_t> shape = e.shape.empty() ? std::vector<int64_t>{1} : e.shape;
+  for (const Piece& p : e.pieces)
+    if (!whole_in(p.box, shape)) return read_box(kind, name, TensorBox{shape, std::vector<int64_t>(shape.size(), 0), shape}, begin, end);
   at::Tensor out;
   int64_t covered = 0;
   for (const Piece& p : e.pieces) {

@@ -44,12 +44,21 @@ struct TrainState {
   std::pair<std::string, at::Tensor> device_rng;
 };
 
-// Part of a tensor that one rank holds: elements [begin, end) of the flattened global tensor.
+// A block of a tensor: the tensor viewed as `view` (its own shape, or a finer one such as a fused
+// qkv weight's [3, heads * dim, in]), the block at `offset` of `sizes`. Empty view: the whole tensor.
+struct TensorBox {
+  std::vector<int64_t> view, offset, sizes;
+  bool whole() const { return view.empty(); }
+};
+
+// Part of a tensor that one rank holds: elements [begin, end) of the flattened box (a tensor-
+// parallel slice, or the whole global tensor), e.g. an FSDP chunk of this rank's TP slice.
 struct ShardEntry {
   std::string name;
   std::vector<int64_t> shape;  // global; {} for a scalar
   int64_t begin = 0, end = 0;
   at::Tensor data;             // end - begin elements
+  TensorBox box;
 };
 
 // What one rank contributes to a checkpoint.
@@ -62,6 +71,10 @@ struct RankCheckpoint {
   // Sharded: this rank's pieces.
   std::vector<ShardEntry> model_shards, optimizer_shards;
   nlohmann::json loader_state;  // this data-parallel rank's data-loader state
+  // Which data-parallel rank's loader state this is, of how many (-1: the writing rank's, of
+  // the world); a rank that repeats another's (a tensor-parallel peer) sets writes_loader false.
+  int loader_rank = -1, loader_world = -1;
+  bool writes_loader = true;
 };
 
 // Every rank calls this with its part (rank of world data-parallel ranks; barrier synchronises
@@ -92,6 +105,10 @@ class CheckpointReader {
   // Elements [begin, end) of the flattened tensor, in its stored dtype. mm::Error naming the
   // folder and tensor when it is missing or the range is not covered.
   at::Tensor read(const std::string& kind, const std::string& name, int64_t begin, int64_t end) const;
+  // Elements [begin, end) of a box of the tensor (flattened), from pieces of any box and range:
+  // a tensor-parallel slice of a checkpoint saved at another tensor-parallel size, say.
+  at::Tensor read_box(const std::string& kind, const std::string& name, const TensorBox& box, int64_t begin,
+                      int64_t end) const;
   at::Tensor read_full(const std::string& kind, const std::string& name) const;
 
   TrainState train_state() const;
@@ -105,6 +122,7 @@ class CheckpointReader {
   struct Piece {
     std::string file;
     int64_t begin, end;
+    TensorBox box;
   };
   struct Entry {
     std::vector<int64_t> shape;

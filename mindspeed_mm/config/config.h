@@ -39,6 +39,9 @@ struct ParallelConfig {
   // ZeRO-1 with DDP (Megatron's --use-distributed-optimizer): optimizer state sharded over the
   // data-parallel ranks, parameters and gradients replicated.
   bool distributed_optimizer = false;
+  // Megatron's sequence parallelism with tensor parallelism: norms and residuals run on sequence
+  // shards between the tensor-parallel regions (all-gather before, reduce-scatter after each).
+  bool sequence_parallel = false;
   FsdpConfig fsdp;
   template <class IO> void io(IO& io) {
     io("data_parallel_replicate_size", data_parallel_replicate_size, ge(1));
@@ -48,6 +51,7 @@ struct ParallelConfig {
     io("timeout_s", timeout_s, gt(0));
     io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
     io("distributed_optimizer", distributed_optimizer);
+    io("sequence_parallel", sequence_parallel);
     io.section("fsdp", fsdp);
   }
 };

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/module.h"
 
 namespace mm::nn {
@@ -21,7 +22,39 @@ std::unordered_map<const c10::TensorImpl*, double>& deferred_values() {
   return m;
 }
 
+// Full shapes of sliced parameters. The weak reference keeps a dead tensor's TensorImpl from
+// being reused at the same address while its entry exists, and tells a stale entry apart.
+struct FullShape {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl;
+  std::vector<int64_t> shape;
+};
+std::unordered_map<const c10::TensorImpl*, FullShape>& full_shapes() {
+  static std::unordered_map<const c10::TensorImpl*, FullShape> m;
+  return m;
+}
+
 }  // namespace
+
+void set_full_shape(const at::Tensor& p, std::vector<int64_t> shape) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& m = full_shapes();
+  for (auto it = m.begin(); it != m.end();) it = it->second.impl.expired() ? m.erase(it) : std::next(it);
+  m.erase(p.unsafeGetTensorImpl());
+  m.emplace(p.unsafeGetTensorImpl(),
+            FullShape{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(p.getIntrusivePtr()), std::move(shape)});
+}
+
+std::vector<int64_t> full_shape(const at::Tensor& p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = full_shapes().find(p.unsafeGetTensorImpl());
+  return it == full_shapes().end() || it->second.impl.expired() ? p.sizes().vec() : it->second.shape;
+}
+
+void reshape_deferred(at::Tensor& p, const std::vector<int64_t>& shape) {
+  at::NoGradGuard no_grad;
+  p.set_data(at::empty(shape, p.options()));
+  at::native::resize_bytes_cpu(p.storage().unsafeGetStorageImpl(), 0);
+}
 
 DeferredInitGuard::DeferredInitGuard() : previous_(t_deferred) { t_deferred = true; }
 DeferredInitGuard::~DeferredInitGuard() { t_deferred = previous_; }
@@ -77,15 +110,17 @@ ParamInitHookGuard::~ParamInitHookGuard() { t_hook = std::move(previous_); }
 void init_param(at::Tensor& p, const at::Tensor& value) {
   if (t_hook && t_hook(p, value)) return;
   at::NoGradGuard no_grad;
+  MM_CHECK(value.sizes() == p.sizes(), "init_param: a value of shape ", value.sizes(), " for a parameter of shape ",
+           p.sizes(), " (a sliced parameter needs its plan's initialisation hook)");
   p.copy_(value);
 }
 
 void init_param_normal(at::Tensor& p, double std, at::Generator& gen) {
-  init_param(p, at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std, gen));
+  init_param(p, at::empty(full_shape(p), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std, gen));
 }
 
 void init_param_fill(at::Tensor& p, double value) {
-  init_param(p, at::full(p.sizes(), value, at::TensorOptions().dtype(at::kFloat)));
+  init_param(p, at::full(full_shape(p), value, at::TensorOptions().dtype(at::kFloat)));
 }
 
 }  // namespace mm::nn

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace mm::nn {
 
@@ -33,7 +34,15 @@ at::Tensor defer_parameter(at::Tensor t);
 // The constant a deferred parameter was constructed with (nullopt: not deferred).
 std::optional<double> deferred_value(const at::Tensor& p);
 
-// hook(param, value) with value a full tensor of param's shape; returns true when it took the value.
+// A parameter that holds a slice of a larger logical tensor (tensor parallelism) is initialised,
+// loaded and checkpointed by that tensor's full shape: init_param_normal draws it whole, so the
+// values are the ones one process draws. Registered by the plan that slices it; p.sizes() else.
+void set_full_shape(const at::Tensor& p, std::vector<int64_t> shape);
+std::vector<int64_t> full_shape(const at::Tensor& p);
+// A deferred parameter (storage freed, constant remembered) given a new shape, still deferred.
+void reshape_deferred(at::Tensor& p, const std::vector<int64_t>& shape);
+
+// hook(param, value) with value a full tensor of param's full shape; returns true when it took the value.
 using ParamInitHook = std::function<bool(const at::Tensor& param, const at::Tensor& value)>;
 class ParamInitHookGuard {
  public:

@@ -37,9 +37,12 @@ struct ModelPart {
 struct PlanTable {
   // The FSDP units when parallel.fsdp.units is empty: the repeated blocks ("model.layers.{*}").
   std::vector<std::string> fsdp_units;
-  // Tensor parallelism: (pattern, style) with style colwise (Linear: output features split),
-  // rowwise (Linear: input features split, outputs summed) or heads (a HeadSplittable module).
+  // Tensor parallelism: (pattern, style), the styles of training/tensor_parallel_plan.h
+  // (colwise, rowwise, heads, kv_colwise, qkv_colwise, vocab, vocab_head, vocab_tied).
   std::vector<std::pair<std::string, std::string>> tensor_parallel;
+  // Sequence parallelism: the blocks whose hidden states [B, S, hidden] are sharded along the
+  // sequence between the first and the last of them ("model.layers.{*}").
+  std::vector<std::string> sequence_parallel;
 };
 
 class Model : public mm::nn::Module {

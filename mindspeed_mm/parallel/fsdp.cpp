@@ -365,14 +365,22 @@ at::Tensor FullyShardedDataParallel::full_parameter(const std::string& name) {
   throw Error(cat("fsdp: no parameter named '", name, "'"));
 }
 
-double FullyShardedDataParallel::clip_grad_norm(double max_norm) {
+double FullyShardedDataParallel::clip_grad_norm(double max_norm, const std::function<bool(const std::string&)>& tp_split,
+                                                Communicator* tp) {
   at::NoGradGuard no_grad;
-  // Summed in fp64 on the device, one transfer at the end (no sync per parameter).
-  at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(options_.device));
+  // Summed in fp64 on the device, one transfer at the end (no sync per parameter): [0] slices
+  // of tensor-parallel parameters, [1] the rest.
+  at::Tensor t = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(options_.device));
+  const bool with_tp = tp && tp->size() > 1;
   for (const Param& q : params_)
-    if (q.trainable && q.shard.grad().defined()) t.add_(q.shard.grad().pow(2).sum().to(at::kDouble));
+    if (q.trainable && q.shard.grad().defined())
+      t[with_tp && tp_split && tp_split(q.name) ? 0 : 1].add_(q.shard.grad().pow(2).sum().to(at::kDouble));
   shard_->all_reduce(t);
-  const double norm = std::sqrt(t.item<double>());
+  if (with_tp) {
+    if (tp->rank() != 0) t[1].zero_();  // replicated over tp: counted once
+    tp->all_reduce(t);
+  }
+  const double norm = std::sqrt(t.sum().item<double>());
   if (max_norm > 0 && norm > max_norm) {
     const double coef = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
     for (const Param& q : params_)

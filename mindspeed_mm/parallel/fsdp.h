@@ -26,6 +26,7 @@
 #include <ATen/ATen.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -92,7 +93,10 @@ class FullyShardedDataParallel {
 
   // L2 norm of all chunk gradients over the shard group (each element counted once); scales
   // them to max_norm when larger (max_norm > 0). Returns the norm before clipping.
-  double clip_grad_norm(double max_norm);
+  // With tensor parallelism (tp), parameters for which tp_split(name) holds are slices of larger
+  // tensors: their squares are also summed over tp; the rest are the same on every tp rank.
+  double clip_grad_norm(double max_norm, const std::function<bool(const std::string&)>& tp_split = {},
+                        Communicator* tp = nullptr);
 
   int num_units() const { return static_cast<int>(units_.size()); }  // the root included
   int64_t all_gathers() const { return all_gathers_; }

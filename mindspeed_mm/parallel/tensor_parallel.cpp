@@ -137,6 +137,10 @@ at::Tensor tp_slice(const at::Tensor& x, int64_t dim, int rank, int size) {
 
 std::pair<at::Tensor, at::Tensor> vocab_parallel_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels,
                                                                    const TpGroup& tp) {
+  return {vocab_parallel_token_losses(logits, labels, tp).sum(), labels.ne(-100).sum()};
+}
+
+at::Tensor vocab_parallel_token_losses(const at::Tensor& logits, const at::Tensor& labels, const TpGroup& tp) {
   const int n = alone(tp) ? 1 : tp->size(), r = alone(tp) ? 0 : tp->rank();
   const at::Tensor x = logits.scalar_type() == at::kDouble ? logits : logits.to(at::kFloat);  // fp32 at least
   const int64_t v_local = x.size(-1), first = r * v_local;
@@ -152,8 +156,7 @@ std::pair<at::Tensor, at::Tensor> vocab_parallel_cross_entropy_sum(const at::Ten
   const at::Tensor index = at::where(mine, local, at::zeros_like(local)).unsqueeze(-1);
   const at::Tensor picked = shifted.gather(-1, index).squeeze(-1) * mine.to(shifted.scalar_type());
   const at::Tensor target = reduce_from_tp_region(picked, tp);
-  const at::Tensor per_token = (sum_exp.log() - target) * scored.to(shifted.scalar_type());
-  return {per_token.sum(), scored.sum()};
+  return (sum_exp.log() - target) * scored.to(shifted.scalar_type());
 }
 
 at::Tensor copy_to_tp_region(const at::Tensor& x, const TpGroup& tp) {
@@ -173,6 +176,13 @@ at::Tensor gather_from_sequence_region(const at::Tensor& x, const TpGroup& tp, i
 }
 at::Tensor reduce_scatter_to_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim) {
   return alone(tp) ? x : ReduceScatterToSequence::apply(x, hold(tp, dim));
+}
+
+at::Tensor scatter_to_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim) {
+  return alone(tp) ? x : ScatterToRegion::apply(x, hold(tp, dim));
+}
+at::Tensor gather_from_sequence_to_whole(const at::Tensor& x, const TpGroup& tp, int64_t dim) {
+  return alone(tp) ? x : GatherFromRegion::apply(x, hold(tp, dim));
 }
 
 }  // namespace mm::parallel

@@ -33,6 +33,13 @@ at::Tensor gather_from_tp_region(const at::Tensor& x, const TpGroup& tp);
 at::Tensor scatter_to_tp_region(const at::Tensor& x, const TpGroup& tp);
 at::Tensor gather_from_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
 at::Tensor reduce_scatter_to_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
+// Entering and leaving a sequence-parallel stretch (the first and last block of a model whose
+// hidden states are sequence-sharded between them):
+//   scatter_to_sequence_region     forward: this rank's slice along dim  backward: all-gather
+//   gather_from_sequence_to_whole  forward: all-gather along dim         backward: this rank's slice
+// (the second's gradient is already whole on every rank: what follows runs replicated).
+at::Tensor scatter_to_sequence_region(const at::Tensor& x, const TpGroup& tp, int64_t dim);
+at::Tensor gather_from_sequence_to_whole(const at::Tensor& x, const TpGroup& tp, int64_t dim);
 
 // Next-token cross-entropy of logits split over the group along the vocabulary (logits [..., V/n]:
 // rank r holds ids [r V/n, (r+1) V/n)), without gathering them: the max, the sum of exponentials
@@ -42,6 +49,8 @@ at::Tensor reduce_scatter_to_sequence_region(const at::Tensor& x, const TpGroup&
 // slice of the full logits' gradient.
 std::pair<at::Tensor, at::Tensor> vocab_parallel_cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels,
                                                                    const TpGroup& tp);
+// The per-token losses [...] of the same (0 where not scored), for per-sample normalisation.
+at::Tensor vocab_parallel_token_losses(const at::Tensor& logits, const at::Tensor& labels, const TpGroup& tp);
 
 // This rank's equal slice of x along dim (no communication, no gradient bookkeeping beyond narrow).
 at::Tensor tp_slice(const at::Tensor& x, int64_t dim, int rank, int size);

@@ -4,6 +4,7 @@
 
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/param_init.h"
+#include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/training/plans.h"
 
 namespace mm::training {
@@ -14,10 +15,14 @@ at::ScalarType dtype_of(const std::string& name) { return name == "bf16" ? at::k
 }  // namespace
 
 DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& par, const config::ParallelConfig& pc,
-                                     at::Device device)
-    : model_(model), par_(par) {
-  for (auto& p : model.parameters())
-    if (p.requires_grad()) trainable_.push_back(p);
+                                     at::Device device, TpLayout tp)
+    : model_(model), par_(par), tp_(std::move(tp)) {
+  for (auto& [name, p] : model.named_parameters()) {
+    names_.emplace(p.unsafeGetTensorImpl(), name);
+    if (!p.requires_grad()) continue;
+    trainable_.push_back(p);
+    trainable_names_.push_back(name);
+  }
   if (pc.distributed_optimizer && par.shape().dp_shard > 1)
     throw ConfigError("config: parallel.distributed_optimizer (ZeRO-1) applies to DDP; FSDP "
                       "(parallel.data_parallel_shard_size > 1) shards the optimizer state already");
@@ -51,16 +56,27 @@ DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& 
 
 DataParallelModel::~DataParallelModel() = default;
 
+bool DataParallelModel::store_full_value(const at::Tensor& param, const at::Tensor& value) {
+  auto it = names_.find(param.unsafeGetTensorImpl());
+  if (it == names_.end()) return false;
+  const at::Tensor local = tp_.local(it->second, value);
+  if (fsdp_) return fsdp_->set_full_value(param, local);
+  at::NoGradGuard no_grad;
+  at::Tensor p = param;
+  p.copy_(local);
+  return true;
+}
+
 void DataParallelModel::initialize(const std::function<void()>& init) {
-  if (!fsdp_) return init();
-  mm::nn::ParamInitHookGuard hook([this](const at::Tensor& p, const at::Tensor& v) { return fsdp_->set_full_value(p, v); });
+  if (!fsdp_ && tp_.size == 1) return init();
+  mm::nn::ParamInitHookGuard hook([this](const at::Tensor& p, const at::Tensor& v) { return store_full_value(p, v); });
   init();
 }
 
 checkpoint::WeightStore DataParallelModel::weight_store() {
-  if (!fsdp_) return {};
+  if (!fsdp_ && tp_.size == 1) return {};
   return [this](at::Tensor& p, const at::Tensor& v) {
-    MM_CHECK(fsdp_->set_full_value(p, v), "fsdp: a loaded tensor is not one of the model's parameters");
+    MM_CHECK(store_full_value(p, v), "parallel: a loaded tensor is not one of the model's parameters");
   };
 }
 
@@ -98,8 +114,50 @@ at::Tensor DataParallelModel::prepare_backward(const at::Tensor& loss, bool sync
   return fsdp_ ? fsdp_->prepare_backward(loss) : loss;
 }
 
+void DataParallelModel::finish_gradients() {
+  if (tp_.partial_grads.empty() || !par_.tp()) return;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& name : tp_.partial_grads) {
+    at::Tensor g = fsdp_ ? fsdp_->shard(name).grad() : at::Tensor();
+    if (!fsdp_)
+      for (size_t i = 0; i < trainable_.size(); ++i)
+        if (trainable_names_[i] == name) g = trainable_[i].grad();
+    if (g.defined()) grads.push_back(g);
+  }
+  if (grads.empty()) return;
+  // One all-reduce for all of them.
+  std::vector<at::Tensor> flat;
+  for (auto& g : grads) flat.push_back(g.reshape({-1}).to(at::kFloat));
+  at::Tensor buf = at::cat(flat);
+  par_.tp()->all_reduce(buf);
+  int64_t at = 0;
+  for (auto& g : grads) {
+    g.copy_(buf.narrow(0, at, g.numel()).view(g.sizes()));
+    at += g.numel();
+  }
+}
+
 double DataParallelModel::clip_grad_norm(double max_norm) {
-  return fsdp_ ? fsdp_->clip_grad_norm(max_norm) : training::clip_grad_norm(trainable_, max_norm);
+  auto split = [this](const std::string& name) { return tp_.split(name); };
+  if (fsdp_) return fsdp_->clip_grad_norm(max_norm, split, par_.tp().get());
+  if (tp_.size == 1) return training::clip_grad_norm(trainable_, max_norm);
+  // Slices of tensor-parallel parameters summed over the group; replicated ones counted once.
+  at::NoGradGuard no_grad;
+  at::Tensor sq = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(trainable_.front().device()));
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    const at::Tensor& g = trainable_[i].grad();
+    if (g.defined()) sq[split(trainable_names_[i]) ? 0 : 1].add_(g.to(at::kFloat).pow(2).sum().to(at::kDouble));
+  }
+  if (par_.tp_rank() != 0) sq[1].zero_();
+  par_.tp()->all_reduce(sq);
+  const double norm = std::sqrt(sq.sum().item<double>());
+  if (max_norm > 0 && norm > max_norm) {
+    const double coef = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
+    for (auto& p : trainable_)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  return norm;
 }
 
 int64_t DataParallelModel::eval_shard() const { return fsdp_ ? 0 : par_.dp_rank(); }
@@ -117,30 +175,53 @@ void DataParallelModel::release_full() {
   if (fsdp_) fsdp_->reshard();
 }
 
+at::Tensor DataParallelModel::whole_parameter(const std::string& name, const at::Tensor& param) {
+  at::Tensor local = fsdp_ ? fsdp_->full_parameter(name) : param.detach();
+  if (!tp_.split(name)) return local;
+  // Every tensor-parallel rank's slice, put back in place in the split's view.
+  const TpLayout::Split& s = tp_.splits.at(name);
+  at::Tensor pieces = par_.tp()->all_gather(local.contiguous());  // [n, ...local]
+  if (par_.tp_rank() != 0) return {};
+  std::vector<int64_t> local_view = s.view;
+  local_view[static_cast<size_t>(s.dim)] /= tp_.size;
+  std::vector<at::Tensor> parts;
+  for (int64_t r = 0; r < pieces.size(0); ++r) parts.push_back(pieces[r].reshape(local_view));
+  return at::cat(parts, s.dim).reshape(s.full_shape);
+}
+
 void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& hf_config) {
-  if (!fsdp_) {
+  if (!fsdp_ && tp_.size == 1) {
     if (par_.is_main()) checkpoint::export_hf_directory(dir, hf_config, model_);
     return;
   }
-  const auto order = fsdp_->export_order();
+  // Streamed one tensor at a time (FSDP: unit by unit), so no rank holds the whole model.
+  std::map<std::string, at::Tensor> params;
+  for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
+  std::vector<std::string> order;
+  if (fsdp_) order = fsdp_->export_order();
+  else
+    for (auto& [name, p] : model_.named_parameters()) order.push_back(name);
   if (par_.is_main()) {
-    std::map<std::string, at::Tensor> params;
-    for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
     std::vector<st::TensorSpec> specs;
-    for (const auto& name : order) specs.push_back({name, at::kFloat, params.at(name).sizes().vec()});
-    checkpoint::export_hf_streaming(dir, hf_config, specs, [&](const std::string& n) { return fsdp_->full_parameter(n); });
+    for (const auto& name : order) specs.push_back({name, at::kFloat, mm::nn::full_shape(params.at(name))});
+    checkpoint::export_hf_streaming(dir, hf_config, specs,
+                                    [&](const std::string& n) { return whole_parameter(n, params.at(n)); });
   } else {
-    for (const auto& name : order) fsdp_->full_parameter(name);
+    for (const auto& name : order) whole_parameter(name, params.at(name));
   }
-  fsdp_->reshard();
+  if (fsdp_) fsdp_->reshard();
 }
 
 TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
   TrainMemory m;
   int64_t full = 0, trainable_full = 0, updated = 0;
+  int64_t local = 0;
   for (auto& p : model_.parameters()) {
-    full += p.numel();
-    if (p.requires_grad()) trainable_full += p.numel();
+    int64_t whole = 1;
+    for (int64_t d : mm::nn::full_shape(p)) whole *= d;
+    full += whole;
+    local += p.numel();
+    if (p.requires_grad()) trainable_full += whole;
     if (!fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   }
   for (auto& g : optimizer.groups())
@@ -149,7 +230,7 @@ TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
       // FSDP's chunk gradients are the only ones; ZeRO-1's are views of the full ones.
       if (fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
     }
-  m.params = fsdp_ ? fsdp_->shard_bytes() : full * 4 + (zero1_ ? zero1_->shard_bytes() : 0);
+  m.params = fsdp_ ? fsdp_->shard_bytes() : local * 4 + (zero1_ ? zero1_->shard_bytes() : 0);
   for (auto& [name, t] : optimizer.state())
     if (t.dim() > 0) m.optimizer += t.numel() * static_cast<int64_t>(t.element_size());
   // One process: every parameter, a gradient per trainable one, and optimizer state that scales
@@ -168,7 +249,13 @@ std::pair<int64_t, int64_t> DataParallelModel::range(const std::string& name, co
 
 checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& optimizer) const {
   checkpoint::RankCheckpoint part;
-  part.sharded = fsdp_ || zero1_;
+  part.sharded = fsdp_ || zero1_ || tp_.size > 1;
+  // The data position is the data-parallel rank's (tensor-parallel peers read the same data).
+  part.loader_rank = par_.dp_rank();
+  part.loader_world = par_.dp_size();
+  part.writes_loader = par_.tp_rank() == 0;
+  // A parameter tensor parallelism leaves whole is the same on every tp rank: tp rank 0 writes it.
+  auto writes = [this](const std::string& name) { return par_.tp_rank() == 0 || tp_.split(name); };
   if (!part.sharded) {
     if (par_.dp_rank() == 0) {
       part.model = &model_;
@@ -179,21 +266,24 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   std::map<std::string, at::Tensor> params;
   for (auto& [name, p] : model_.named_parameters()) {
     params.emplace(name, p);
+    if (!writes(name)) continue;
     auto [b, e] = range(name, p);
     if (e <= b && !(fsdp_ || p.requires_grad())) continue;
     at::Tensor data = fsdp_ ? fsdp_->shard(name).narrow(0, 0, e - b) : p.detach().reshape({-1}).narrow(0, b, e - b);
-    part.model_shards.push_back({name, p.sizes().vec(), b, e, data});
+    part.model_shards.push_back({name, mm::nn::full_shape(p), b, e, data, tp_.box(name)});
   }
   for (auto& [name, t] : optimizer.state()) {
     if (t.dim() == 0) {
-      if (par_.dp_rank() == 0) part.optimizer_shards.push_back({name, {}, 0, 1, t.reshape({1})});
+      if (par_.dp_rank() == 0 && par_.tp_rank() == 0) part.optimizer_shards.push_back({name, {}, 0, 1, t.reshape({1})});
       continue;
     }
     const std::string param = name.substr(name.find('.') + 1);  // "exp_avg.<param>"
     auto it = params.find(param);
     MM_CHECK(it != params.end(), "checkpoint: optimizer state '", name, "' names no parameter");
+    if (!writes(param)) continue;
     auto [b, e] = range(param, it->second);
-    part.optimizer_shards.push_back({name, it->second.sizes().vec(), b, e, t.reshape({-1}).narrow(0, 0, e - b)});
+    part.optimizer_shards.push_back({name, mm::nn::full_shape(it->second), b, e, t.reshape({-1}).narrow(0, 0, e - b),
+                                     tp_.box(param)});
   }
   return part;
 }
@@ -204,20 +294,22 @@ void DataParallelModel::load_checkpoint(const checkpoint::CheckpointReader& r, O
   std::vector<std::string> missing, mismatched;
   for (auto& [name, p] : model_.named_parameters()) {
     params.emplace(name, p);
+    const std::vector<int64_t> shape = mm::nn::full_shape(p);
     if (!r.has("model", name)) missing.push_back(name);
-    else if (r.shape("model", name) != p.sizes().vec())
-      mismatched.push_back(cat(name, " ", c10::IntArrayRef(r.shape("model", name)), " vs model ", p.sizes()));
+    else if (r.shape("model", name) != shape)
+      mismatched.push_back(cat(name, " ", c10::IntArrayRef(r.shape("model", name)), " vs model ", c10::IntArrayRef(shape)));
   }
   if (!missing.empty() || !mismatched.empty())
     throw Error(cat("checkpoint: '", r.dir(), "' does not fit the model:",
                     missing.empty() ? "" : cat(" missing ", missing.front(), " (", missing.size(), " in all)"),
                     mismatched.empty() ? "" : cat(" shape mismatch ", mismatched.front(), " (", mismatched.size(), " in all)")));
   for (auto& [name, p] : params) {
+    const checkpoint::TensorBox box = tp_.box(name);  // this rank's tensor-parallel slice (or all of it)
     if (fsdp_) {
       auto [b, e] = fsdp_->shard_range(name);
-      fsdp_->shard(name).narrow(0, 0, e - b).copy_(r.read("model", name, b, e));
+      fsdp_->shard(name).narrow(0, 0, e - b).copy_(r.read_box("model", name, box, b, e));
     } else {
-      p.copy_(r.read_full("model", name));  // replicated: every rank reads it all
+      p.copy_(r.read_box("model", name, box, 0, p.numel()).view(p.sizes()));  // replicated: every rank reads it all
     }
   }
   if (zero1_) zero1_->refresh_shards();
@@ -234,7 +326,7 @@ void DataParallelModel::load_checkpoint(const checkpoint::CheckpointReader& r, O
     auto [b, e] = fsdp_ || (zero1_ && it->second.requires_grad()) ? range(param, it->second)
                                                                    : std::pair<int64_t, int64_t>{0, it->second.numel()};
     at::Tensor local = at::zeros({t.numel()}, t.options());
-    local.narrow(0, 0, e - b).copy_(r.read("optimizer", name, b, e));
+    local.narrow(0, 0, e - b).copy_(r.read_box("optimizer", name, tp_.box(param), b, e));
     state[name] = local.view(t.sizes());
   }
   optimizer.load_state([&](const std::string& name) {

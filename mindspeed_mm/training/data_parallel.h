@@ -1,10 +1,13 @@
 // How the trainer's model is spread over the data-parallel ranks: one process (nothing to do),
 // DDP (dp_replicate > 1, dp_shard 1: gradients all-reduced; with parallel.distributed_optimizer
 // also ZeRO-1: optimizer state sharded) or FSDP / HSDP (dp_shard > 1: parameters, gradients and
-// optimizer state sharded). The train loop calls the same few methods for all of them.
+// optimizer state sharded); each of them over a model that tensor parallelism may already have
+// split (TpLayout: then gradient norms, initial values, loaded weights, checkpoints and exports
+// go by each parameter's whole tensor). The train loop calls the same few methods for all of them.
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/config/config.h"
@@ -14,6 +17,7 @@
 #include "mindspeed_mm/parallel/zero1.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/parallel_setup.h"
+#include "mindspeed_mm/training/tensor_parallel_plan.h"
 
 namespace mm::training {
 
@@ -31,10 +35,11 @@ class DataParallelModel {
   // the outermost one of each unit). The model's current weights must be the same on every rank.
   // device: where FSDP puts its shards and buffers (DDP's buckets follow the parameters).
   DataParallelModel(models::Model& model, const TrainParallel& par, const config::ParallelConfig& pc,
-                    at::Device device = at::kCPU);
+                    at::Device device = at::kCPU, TpLayout tp = {});
   ~DataParallelModel();
 
   bool sharded() const { return fsdp_ != nullptr; }
+  const TpLayout& tp_layout() const { return tp_; }
   // FSDP over a deferred model: runs init (the model's init_weights) keeping this rank's
   // slices of every value it draws, the same values an eager build has.
   void initialize(const std::function<void()>& init);
@@ -51,6 +56,9 @@ class DataParallelModel {
   // The tensor to call backward on (loss, unchanged). sync false: a gradient-accumulation
   // micro-step without communication (DDP).
   at::Tensor prepare_backward(const at::Tensor& loss, bool sync);
+  // After the step's backward passes: the gradients tensor parallelism leaves partial (sequence-
+  // parallel norms, replicated key/value projections) summed over the tensor-parallel group.
+  void finish_gradients();
   // Global gradient norm over all ranks' gradients, clipped to max_norm when > 0.
   double clip_grad_norm(double max_norm);
   // Around optimizer->step(): ZeRO-1 hands each rank its chunks' gradients, then gathers the
@@ -83,13 +91,22 @@ class DataParallelModel {
  private:
   models::Model& model_;
   const TrainParallel& par_;
+  TpLayout tp_;
   std::vector<at::Tensor> trainable_;
+  std::vector<std::string> trainable_names_;
+  std::unordered_map<const c10::TensorImpl*, std::string> names_;  // parameter -> its name
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
   std::unique_ptr<parallel::Zero1Partition> zero1_;
 
-  // Elements [begin, end) of a parameter's flattened tensor that this rank holds (and writes).
+  // Elements [begin, end) of a parameter's flattened (tensor-parallel local) tensor that this
+  // rank holds (and writes).
   std::pair<int64_t, int64_t> range(const std::string& name, const at::Tensor& param) const;
+  // This rank's value of a parameter from its whole tensor, into FSDP's chunk or the parameter.
+  bool store_full_value(const at::Tensor& param, const at::Tensor& value);
+  // The whole tensor of a parameter on rank 0 (every rank calls it in the same order: FSDP and
+  // tensor-parallel gathers); undefined elsewhere.
+  at::Tensor whole_parameter(const std::string& name, const at::Tensor& param);
 };
 
 }  // namespace mm::training

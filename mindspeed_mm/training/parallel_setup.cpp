@@ -28,14 +28,17 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
 
 TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device)
     : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
-  if (shape_.cp > 1 || shape_.tp > 1)
-    throw ConfigError("config: parallel.context_parallel_size and tensor_parallel_size other than 1 are not built yet");
+  if (shape_.cp > 1) throw ConfigError("config: parallel.context_parallel_size other than 1 is not built yet");
+  if (p.sequence_parallel && shape_.tp == 1)
+    throw ConfigError("config: parallel.sequence_parallel needs parallel.tensor_parallel_size > 1 (it shards the "
+                      "sequence over the tensor-parallel ranks)");
   if (!env_.distributed()) return;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
   world_ = parallel::Communicator::create(env_, timeout, device);
   state_ = std::make_unique<parallel::ParallelState>(world_, shape_);
   dp_ = state_->shared_group(parallel::MeshDim::kDp);
   dp_rank_ = dp_->rank();
+  if (shape_.tp > 1) tp_ = state_->shared_group(parallel::MeshDim::kTp);
   log::info("distributed: rank ", env_.rank, " of ", env_.world_size, " (", env_.source, "), mesh dp_replicate ",
             shape_.dp_replicate, " x dp_shard ", shape_.dp_shard, " x cp ", shape_.cp, " x tp ", shape_.tp);
 }

@@ -28,8 +28,12 @@ class TrainParallel {
   bool is_main() const { return env_.rank == 0; }   // logs, metrics, HF export, samples
   int dp_rank() const { return dp_rank_; }
   int dp_size() const { return shape_.dp_replicate * shape_.dp_shard; }
+  int tp_size() const { return shape_.tp; }
+  int tp_rank() const { return tp_ ? tp_->rank() : 0; }
   // The data-parallel group (null in a world of 1) and the mesh's groups (null likewise).
   std::shared_ptr<parallel::Communicator> dp() const { return dp_; }
+  // The tensor-parallel group (null unless tensor_parallel_size > 1).
+  std::shared_ptr<parallel::Communicator> tp() const { return tp_; }
   parallel::ParallelState* state() const { return state_.get(); }
 
   // Sums of the values over the data-parallel ranks (the values themselves in a world of 1).
@@ -39,7 +43,7 @@ class TrainParallel {
  private:
   parallel::DistEnv env_;
   parallel::MeshShape shape_;
-  std::shared_ptr<parallel::Communicator> world_, dp_;
+  std::shared_ptr<parallel::Communicator> world_, dp_, tp_;
   std::unique_ptr<parallel::ParallelState> state_;
   int dp_rank_ = 0;
 };

@@ -1,10 +1,13 @@
 #include "mindspeed_mm/training/parallelize.h"
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/plans.h"
 #include "mindspeed_mm/training/recompute.h"
+#include "mindspeed_mm/training/tensor_parallel_plan.h"
 
 namespace mm::training {
 
@@ -14,14 +17,31 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   if (const int64_t n = freeze_parts(model, cfg.model); n > 0) log::info("plan: froze ", n, " parameter tensors of model.parts");
   if (!cfg.features.freeze.empty())
     log::info("plan: froze ", apply_freeze_plan(model, cfg.features.freeze), " parameter tensors");
-  // 2. tensor parallel: parallel_setup refuses sizes other than 1 until the Megatron backend.
+  // 2. tensor parallel
+  const models::PlanTable plans = model.plans();
+  TpLayout tp;
+  if (mesh.tp_size() > 1) {
+    if (plans.tensor_parallel.empty())
+      throw ConfigError(cat("config: parallel.tensor_parallel_size ", mesh.tp_size(), ": model ", cfg.model.id,
+                            " has no tensor-parallel plan"));
+    TpOptions o;
+    o.sequence_parallel = cfg.parallel.sequence_parallel;
+    o.sequence_parallel_blocks = plans.sequence_parallel;
+    tp = apply_tensor_parallel_plan(model, plans.tensor_parallel, mesh.tp(), o);
+    log::info("plan: tensor parallel over ", mesh.tp_size(), " ranks: ", tp.modules, " modules split",
+              o.sequence_parallel ? ", sequence parallel between the blocks" : "",
+              tp.vocab_parallel_logits ? ", logits left split along the vocabulary" : "");
+  }
   // 3. data parallel
   config::ParallelConfig pc = cfg.parallel;
-  if (pc.fsdp.units.empty()) pc.fsdp.units = model.plans().fsdp_units;
-  auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device);
+  if (pc.fsdp.units.empty()) pc.fsdp.units = plans.fsdp_units;
+  auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device, std::move(tp));
   // 4. materialise
   if (deferred) {
-    model.to(device);  // buffers (FSDP gives the parameters their storage on the device)
+    // FSDP gives the parameters their storage (its chunks) on the device; otherwise each
+    // parameter gets storage of its (tensor-parallel) shape here, then its values.
+    if (dp->sharded()) model.to(device);  // buffers
+    else mm::nn::materialize(model, device);
     dp->initialize([&] { model.init_weights(static_cast<uint64_t>(cfg.training.seed)); });
     if (!cfg.model.pretrained.empty())
       checkpoint::load_model_weights(model, cfg.model.pretrained, model.optional_checkpoint_tensors(),

@@ -63,6 +63,7 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   if (!std::isfinite(r.loss))
     throw Error(cat("training: loss is ", r.loss, " at iteration ", iteration + 1,
                     "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));
+  env.dp.finish_gradients();
   r.grad_norm = env.dp.clip_grad_norm(env.clip_grad);
   if (env.before_update) env.before_update();
   env.dp.before_optimizer_step();

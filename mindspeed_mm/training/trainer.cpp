@@ -99,6 +99,7 @@ Run::Run(const config::Config& cfg)
 
   setup_model();
   objective_ = make_objective(cfg, *model_);
+  if (dp_->tp_layout().vocab_parallel_logits) objective_->set_vocab_parallel(par_.tp());
   // The fields the model and the objective need must be ones the dataset produces.
   std::vector<std::string> needed = model_->required_fields();
   for (const auto& f : objective_->required_fields()) needed.push_back(f);
@@ -141,7 +142,7 @@ Run::Run(const config::Config& cfg)
 void Run::setup_model() {
   const auto seed = static_cast<uint64_t>(tc_.seed);
   at::manual_seed(seed);
-  const bool deferred = par_.shape().dp_shard > 1;
+  const bool deferred = par_.shape().dp_shard > 1 || par_.shape().tp > 1;
   model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, deferred, device_);
   dp_ = parallelize(*model_, cfg_, par_, device_, deferred);
   int64_t trainable = 0;
@@ -259,8 +260,8 @@ void Run::save() {
   checkpoint::RankCheckpoint part = dp_->checkpoint_part(*optimizer_);
   part.loader_state = batches_->state();
   if (device_.is_cuda()) state_.device_rng = {"cuda", at::globalContext().defaultGenerator(device_).get_state()};
-  std::string dir = checkpoint::save_checkpoint(tc_.save_dir, state_, model_->hf_config(), part, par_.dp_rank(),
-                                                par_.dp_size(), [&] { par_.barrier(); });
+  std::string dir = checkpoint::save_checkpoint(tc_.save_dir, state_, model_->hf_config(), part, par_.env().rank,
+                                                par_.env().world_size, [&] { par_.barrier(); });
   progress_->event(cat("saved checkpoint ", dir), {{"iter", state_.iteration}, {"checkpoint", dir}});
 }
 

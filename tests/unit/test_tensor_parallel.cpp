@@ -19,10 +19,11 @@ namespace {
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-std::shared_ptr<mm::models::CausalLM> tiny_qwen2() {
-  const nlohmann::json cfg = {{"vocab_size", 40},       {"hidden_size", 32},        {"intermediate_size", 48},
-                              {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                              {"rope_theta", 10000.0},  {"tie_word_embeddings", false}};
+std::shared_ptr<mm::models::CausalLM> tiny_qwen2(int64_t vocab = 40, int64_t heads = 4, int64_t kv_heads = 2,
+                                                bool tied = false) {
+  const nlohmann::json cfg = {{"vocab_size", vocab},    {"hidden_size", 8 * heads},   {"intermediate_size", 48},
+                              {"num_hidden_layers", 2}, {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads},
+                              {"rope_theta", 10000.0},  {"tie_word_embeddings", tied}};
   auto m = mm::models::as_causal_lm(mm::models::model_registry().get("qwen2")(cfg, "tp test", true), "tp test");
   m->init_weights(7);
   m->to(at::kDouble);
@@ -101,49 +102,77 @@ TEST(DistWorker, TensorParallelRegions) {
   EXPECT_NE(e.find("dimension 1 of size 7 does not divide by the tensor-parallel size"), std::string::npos) << e;
 }
 
-// Qwen2's plan table on 2 ranks: q/k/v and gate/up column-parallel, o and down row-parallel,
-// half the heads per rank. Logits and loss equal one process's; every gradient equals one
-// process's (split weights: this rank's slice of it).
+// Qwen2's plan table: q/k/v and gate/up column-parallel, o and down row-parallel, the
+// vocabulary split in the embedding and the head, the logits left split for the vocabulary-
+// parallel loss. On 4 ranks the 2 key/value heads are replicated (each rank runs the one its
+// query heads use); with sequence parallelism the hidden states between the layers are split
+// along the sequence. Logits (this rank's vocabulary slice) and loss equal one process's; every
+// gradient equals one process's (split weights: this rank's slice of it) once the partial ones
+// are summed over the group, as DataParallelModel::finish_gradients does.
 TEST(DistWorker, TensorParallelQwen2) {
   if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
   auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
   const int n = tp->size(), r = tp->rank();
-  auto ref = tiny_qwen2(), par = tiny_qwen2();
-  const auto plan = par->plans().tensor_parallel;
-  EXPECT_EQ(mm::training::apply_tensor_parallel_plan(*par, plan, tp), 2 * 8);
-  at::manual_seed(3);
-  const at::Tensor ids = at::randint(40, {2, 9}, at::kLong), labels = at::randint(40, {2, 9}, at::kLong);
-  at::Tensor a = ref->forward(ids), b = par->forward(ids);
-  EXPECT_LT(max_diff(a, b), 1e-12);
-  at::Tensor la = mm::models::lm_cross_entropy(a, labels), lb = mm::models::lm_cross_entropy(b, labels);
-  EXPECT_LT(std::abs(la.item<double>() - lb.item<double>()), 1e-12);
-  la.backward();
-  lb.backward();
-  auto pa = ref->named_parameters(), pb = par->named_parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  int64_t split = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const std::string& name = pa[i].first;
-    const at::Tensor &ga = pa[i].second.grad(), &gb = pb[i].second.grad();
-    ASSERT_TRUE(ga.defined() && gb.defined()) << name;
-    at::Tensor want = ga;
-    if (gb.sizes() != ga.sizes()) {  // a split weight: rows (colwise) or columns (rowwise)
-      const int64_t dim = gb.size(0) != ga.size(0) ? 0 : 1;
-      want = tp_slice(ga, dim, r, n);
-      ++split;
+  for (bool tied : {false, true})
+    for (bool sp : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "tied " << tied << " sequence parallel " << sp);
+      auto ref = tiny_qwen2(40, 4, 2, tied), par = tiny_qwen2(40, 4, 2, tied);
+      const auto table = par->plans();
+      mm::training::TpOptions o;
+      o.sequence_parallel = sp;
+      o.sequence_parallel_blocks = table.sequence_parallel;
+      const auto layout = mm::training::apply_tensor_parallel_plan(*par, table.tensor_parallel, tp, o);
+      EXPECT_EQ(layout.modules, 2 * 8 + (tied ? 1 : 2));
+      EXPECT_TRUE(layout.vocab_parallel_logits);
+      at::manual_seed(3);
+      const at::Tensor ids = at::randint(40, {2, 8}, at::kLong), labels = at::randint(40, {2, 8}, at::kLong);
+      at::Tensor a = ref->forward(ids), b = par->forward(ids);
+      ASSERT_EQ(b.size(-1), 40 / n);
+      EXPECT_LT(max_diff(tp_slice(a, -1, r, n), b), 1e-12);
+      auto ce = mm::models::lm_cross_entropy_sum(a, labels);
+      auto [sum, count] = vocab_parallel_cross_entropy_sum(b, labels, tp);
+      EXPECT_LT(std::abs(ce.sum.item<double>() - sum.item<double>()), 1e-10);
+      ce.sum.backward();
+      sum.backward();
+      auto pa = ref->named_parameters(), pb = par->named_parameters();
+      ASSERT_EQ(pa.size(), pb.size());
+      int64_t split = 0;
+      for (size_t i = 0; i < pa.size(); ++i) {
+        const std::string& name = pa[i].first;
+        at::Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
+        ASSERT_TRUE(ga.defined() && gb.defined()) << name;
+        if (layout.partial_grads.count(name)) {
+          gb = gb.clone();
+          tp->all_reduce(gb);
+        }
+        at::Tensor want = ga;
+        if (layout.split(name)) {
+          want = layout.local(name, ga);
+          ++split;
+        }
+        EXPECT_LT(max_diff(gb, want), 1e-10) << name;
+      }
+      // Per layer: q weight and bias, o, gate, up, down, and k/v weights and biases when the heads
+      // divide; the embedding (tied: also the head) and the head.
+      const int64_t kv = n == 2 ? 4 : 0;
+      EXPECT_EQ(split, 2 * (2 + 4 + kv) + (tied ? 1 : 2));
+      if (n == 4) EXPECT_TRUE(layout.partial_grads.count("model.layers.0.self_attn.k_proj.weight"));
+      if (sp) EXPECT_TRUE(layout.partial_grads.count("model.layers.1.post_attention_layernorm.weight"));
     }
-    EXPECT_LT(max_diff(gb, want), 1e-12) << name;
-  }
-  EXPECT_EQ(split, 2 * (3 + 3 + 1 + 3));  // per layer: q, k, v weights and biases; o; gate, up, down
 }
 
 TEST(DistWorker, TensorParallelPlanErrors) {
   if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
   auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
-  auto m = tiny_qwen2();
-  const std::string e = mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, m->plans().tensor_parallel, tp); });
-  EXPECT_NE(e.find("model.layers.0.self_attn has 4 query and 2 key/value heads; both must divide by 4"), std::string::npos) << e;
-  EXPECT_EQ(m->named_parameters()[1].second.size(0), 32);  // q_proj untouched
+  auto expect_error = [&](std::shared_ptr<mm::models::CausalLM> m, const std::string& want) {
+    const std::string e = mm::test::config_error([&] { mm::training::apply_tensor_parallel_plan(*m, m->plans().tensor_parallel, tp); });
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+    for (auto& [name, t] : m->named_parameters())
+      if (name == "model.layers.0.self_attn.q_proj.weight") EXPECT_EQ(t.size(0), t.size(1)) << "q_proj untouched";
+  };
+  expect_error(tiny_qwen2(42), "model.embed_tokens has 42 rows (the vocabulary), which do not divide by 4: set model.config.vocab_size");
+  expect_error(tiny_qwen2(40, 6, 2), "model.layers.0.self_attn has 6 query heads, which do not divide by 4");
+  expect_error(tiny_qwen2(40, 12, 3), "model.layers.0.self_attn has 3 key/value heads: they must divide by 4 or divide 4");
 }
 
 // Vocab-parallel cross-entropy: each rank holds a slice of the vocabulary's logits; the loss and
@@ -182,9 +211,8 @@ TEST(TensorParallel, PlanStylesAndPatternsAreChecked) {
             std::string::npos);
 }
 
-TEST(TensorParallel, Qwen2PlanEqualsOneProcessOnTwoRanks) {
-  auto r = mm::test::launch_worker(2, "TensorParallelQwen2");
-  mm::test::expect_all_ranks_passed(r, 2);
+TEST(TensorParallel, Qwen2PlanEqualsOneProcessOnTwoAndFourRanks) {
+  for (int n : {2, 4}) mm::test::expect_all_ranks_passed(mm::test::launch_worker(n, "TensorParallelQwen2"), n);
   auto e = mm::test::launch_worker(4, "TensorParallelPlanErrors");
   mm::test::expect_all_ranks_passed(e, 4);
 }

@@ -46,10 +46,16 @@ CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const 
                                                 const at::Tensor& segment_ids) {
   auto [x, y] = flat_logits_labels(logits, labels);
   at::Tensor per_token = at::cross_entropy_loss(x, y, {}, at::Reduction::None, kIgnoreIndex);  // 0 where ignored
+  return per_sample_sum(per_token, labels, segment_ids);
+}
+
+CrossEntropySum per_sample_sum(const at::Tensor& token_losses, const at::Tensor& labels, const at::Tensor& segment_ids) {
+  at::Tensor per_token = token_losses.reshape({-1});
+  at::Tensor y = labels.reshape({-1});
   int64_t n = 0;
   at::Tensor sid = sample_index(labels, segment_ids, &n);
-  at::Tensor tokens = at::zeros({n}, x.options()).index_add(0, sid, (y != kIgnoreIndex).to(x.scalar_type()));
-  at::Tensor sums = at::zeros({n}, x.options()).index_add(0, sid, per_token);
+  at::Tensor tokens = at::zeros({n}, per_token.options()).index_add(0, sid, (y != kIgnoreIndex).to(per_token.scalar_type()));
+  at::Tensor sums = at::zeros({n}, per_token.options()).index_add(0, sid, per_token);
   at::Tensor scored = tokens > 0;
   return {(sums / tokens.clamp_min(1)).masked_select(scored).sum(), scored.sum()};
 }

@@ -24,6 +24,8 @@ CrossEntropySum lm_cross_entropy_sum(const at::Tensor& logits, const at::Tensor&
 // packed row when segment_ids [B, S] is defined (-1 = padding), else a whole row.
 CrossEntropySum lm_cross_entropy_per_sample_sum(const at::Tensor& logits, const at::Tensor& labels,
                                                 const at::Tensor& segment_ids);
+// The same from per-token losses [B, S] (0 where not scored), e.g. vocabulary-parallel ones.
+CrossEntropySum per_sample_sum(const at::Tensor& token_losses, const at::Tensor& labels, const at::Tensor& segment_ids);
 // The `count` of lm_cross_entropy_per_sample_sum from the labels alone (before the forward).
 int64_t scored_samples(const at::Tensor& labels, const at::Tensor& segment_ids);
 

@@ -17,6 +17,12 @@ Embedding::Embedding(int64_t n, int64_t dim, at::ScalarType dtype) : num_embeddi
   weight = register_parameter("weight", at::zeros({n, dim}, at::TensorOptions().dtype(dtype)));
 }
 
-at::Tensor Embedding::forward(const at::Tensor& ids) const { return at::embedding(weight, ids); }
+at::Tensor Embedding::forward(const at::Tensor& ids) const {
+  return parallel_forward ? parallel_forward(*this, ids) : at::embedding(weight, ids);
+}
+
+at::Tensor Embedding::attend(const at::Tensor& hidden) const {
+  return parallel_attend ? parallel_attend(*this, hidden) : at::linear(hidden, weight);
+}
 
 }  // namespace mm::models

@@ -28,10 +28,14 @@ class Embedding : public mm::nn::Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim, at::ScalarType dtype = at::kFloat);
   at::Tensor forward(const at::Tensor& ids) const;
+  // hidden [..., dim] -> [..., num_embeddings] through the same weight (a tied LM head).
+  at::Tensor attend(const at::Tensor& hidden) const;
   std::string type_name() const override { return "Embedding"; }
 
   int64_t num_embeddings, embedding_dim;
   at::Tensor weight;
+  // Set by a parallel plan (vocabulary-parallel lookup and tied head); model code never sets them.
+  std::function<at::Tensor(const Embedding&, const at::Tensor&)> parallel_forward, parallel_attend;
 };
 
 }  // namespace mm::models

@@ -139,11 +139,13 @@ Qwen2Attention::Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype)
 }
 
 at::Tensor Qwen2Attention::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const {
-  const int64_t B = x.size(0), S = x.size(1);
-  // [B, S, heads * D] -> [B, heads, S, D]
-  at::Tensor q = q_proj->forward(x).view({B, S, num_heads, head_dim}).transpose(1, 2);
-  at::Tensor k = k_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
-  at::Tensor v = v_proj->forward(x).view({B, S, num_kv_heads, head_dim}).transpose(1, 2);
+  const int64_t B = x.size(0);
+  // [B, S, heads * D] -> [B, heads, S, D] (S from the projections: a plan may gather a sequence
+  // that arrives split)
+  at::Tensor q = q_proj->forward(x).view({B, -1, num_heads, head_dim}).transpose(1, 2);
+  at::Tensor k = k_proj->forward(x).view({B, -1, num_kv_heads, head_dim}).transpose(1, 2);
+  at::Tensor v = v_proj->forward(x).view({B, -1, num_kv_heads, head_dim}).transpose(1, 2);
+  const int64_t S = q.size(2);
   std::tie(q, k) = apply_rope(q, k, ctx.cos, ctx.sin);
   if (ctx.kv_cache) std::tie(k, v) = ctx.kv_cache->append(ctx.layer_index, k, v);
   at::Tensor o = ctx.cu_seqlens.defined() && !ctx.kv_cache
@@ -202,7 +204,7 @@ Qwen2ForCausalLM::Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype) :
 }
 
 at::Tensor Qwen2ForCausalLM::logits(const at::Tensor& hidden) const {
-  return lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+  return lm_head ? lm_head->forward(hidden) : model->embed_tokens->attend(hidden);
 }
 
 at::Tensor Qwen2ForCausalLM::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
@@ -248,6 +250,29 @@ void Qwen2ForCausalLM::init_weights(uint64_t seed) {
     for (auto& [_, child] : m.children()) visit(*child);
   };
   visit(*this);
+}
+
+// Megatron's layout: q/k/v and gate/up column-parallel, o and down row-parallel, the
+// vocabulary split in the embedding and the LM head (logits stay split for the loss).
+PlanTable Qwen2ForCausalLM::plans() const {
+  PlanTable t;
+  t.fsdp_units = {"model.layers.{*}"};
+  t.tensor_parallel = {{"model.layers.{*}.self_attn", "heads"},
+                       {"model.layers.{*}.self_attn.q_proj", "colwise"},
+                       {"model.layers.{*}.self_attn.k_proj", "kv_colwise"},
+                       {"model.layers.{*}.self_attn.v_proj", "kv_colwise"},
+                       {"model.layers.{*}.self_attn.o_proj", "rowwise"},
+                       {"model.layers.{*}.mlp.gate_proj", "colwise"},
+                       {"model.layers.{*}.mlp.up_proj", "colwise"},
+                       {"model.layers.{*}.mlp.down_proj", "rowwise"}};
+  if (lm_head) {
+    t.tensor_parallel.emplace_back("model.embed_tokens", "vocab");
+    t.tensor_parallel.emplace_back("lm_head", "vocab_head");
+  } else {
+    t.tensor_parallel.emplace_back("model.embed_tokens", "vocab_tied");
+  }
+  t.sequence_parallel = {"model.layers.{*}"};
+  return t;
 }
 
 std::vector<std::shared_ptr<mm::nn::Block>> Qwen2ForCausalLM::blocks() {

@@ -140,17 +140,7 @@ class Qwen2ForCausalLM : public CausalLM {
   explicit Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype = at::kFloat);
 
   using CausalLM::forward;  // forward(const data::Batch&) too
-  PlanTable plans() const override {
-    return {{"model.layers.{*}"},
-            {{"model.layers.{*}.self_attn", "heads"},
-             {"model.layers.{*}.self_attn.q_proj", "colwise"},
-             {"model.layers.{*}.self_attn.k_proj", "colwise"},
-             {"model.layers.{*}.self_attn.v_proj", "colwise"},
-             {"model.layers.{*}.self_attn.o_proj", "rowwise"},
-             {"model.layers.{*}.mlp.gate_proj", "colwise"},
-             {"model.layers.{*}.mlp.up_proj", "colwise"},
-             {"model.layers.{*}.mlp.down_proj", "rowwise"}}};
-  }
+  PlanTable plans() const override;
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const at::Tensor& attn_mask = {}) override;
   // The token fields of `in`; with in.kv_cache, positions continue after the cached tokens.

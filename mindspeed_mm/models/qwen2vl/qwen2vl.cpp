@@ -92,6 +92,26 @@ Qwen2VLForConditionalGeneration::Qwen2VLForConditionalGeneration(const Qwen2VLCo
   visual = register_module("visual", std::make_shared<Qwen2VisionTransformer>(c.vision, dtype));
 }
 
+PlanTable Qwen2VLForConditionalGeneration::plans() const {
+  PlanTable t = Qwen2ForCausalLM::plans();
+  t.fsdp_units = {"visual.blocks.{*}", "model.layers.{*}"};
+  // The vision tower as Megatron splits a ViT (fused qkv by thirds, the MLP's first layer
+  // column-parallel and its last row-parallel), and the projector the same way.
+  std::vector<std::pair<std::string, std::string>> vision = {{"visual.blocks.{*}.attn", "heads"},
+                                                             {"visual.blocks.{*}.attn.qkv", "qkv_colwise"},
+                                                             {"visual.blocks.{*}.attn.proj", "rowwise"}};
+  if (vl_config.qwen2_5) {
+    vision.insert(vision.end(), {{"visual.blocks.{*}.mlp.gate_proj", "colwise"},
+                                 {"visual.blocks.{*}.mlp.up_proj", "colwise"},
+                                 {"visual.blocks.{*}.mlp.down_proj", "rowwise"}});
+  } else {
+    vision.insert(vision.end(), {{"visual.blocks.{*}.mlp.fc1", "colwise"}, {"visual.blocks.{*}.mlp.fc2", "rowwise"}});
+  }
+  vision.insert(vision.end(), {{"visual.merger.mlp.0", "colwise"}, {"visual.merger.mlp.2", "rowwise"}});
+  t.tensor_parallel.insert(t.tensor_parallel.begin(), vision.begin(), vision.end());
+  return t;
+}
+
 void Qwen2VLForConditionalGeneration::init_weights(uint64_t seed) {
   Qwen2ForCausalLM::init_weights(seed);  // every Linear and Embedding, the vision tower's too
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5EEDull);

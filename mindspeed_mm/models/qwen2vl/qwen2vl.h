@@ -49,7 +49,8 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   // The decoder's FLOPs on the real tokens plus the vision tower's on the batch's grids.
   double training_flops(const MultimodalInputs& in) const override;
   using CausalLM::training_flops;
-  PlanTable plans() const override { return {{"visual.blocks.{*}", "model.layers.{*}"}}; }
+  // The language model's plans (qwen2.h) plus the vision tower's and the projector's.
+  PlanTable plans() const override;
   std::vector<ModelPart> parts() const override {
     return {{"vision_tower", "visual."}, {"projector", "visual.merger."}, {"language_model", ""}};
   }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/hf_config.h"
 #include "mindspeed_mm/models/common/linear.h"
 #include "mindspeed_mm/models/common/mlp.h"
@@ -93,13 +94,15 @@ struct Qwen2VLVisionConfig {
   double training_flops(const at::Tensor& grid_thw) const;
 };
 
-class Qwen2VLVisionAttention : public mm::nn::Module {
+class Qwen2VLVisionAttention : public mm::nn::Module, public HeadSplittable {
  public:
   Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype);
   // x [N, embed]; ctx.cos/sin [1, 1, N, head_dim]; ctx.cu_seqlens: the segments attention stays in
   // (else ctx.attn_mask, bool [1, 1, N, N]).
   at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
   std::string type_name() const override { return "Qwen2VLVisionAttention"; }
+  std::pair<int64_t, int64_t> heads() const override { return {num_heads, num_heads}; }
+  void keep_heads(int64_t q_heads, int64_t) override { num_heads = q_heads; }
 
   int64_t num_heads, head_dim;
   std::shared_ptr<Linear> qkv, proj;

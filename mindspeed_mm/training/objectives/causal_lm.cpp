@@ -36,14 +36,25 @@ class CausalLMObjective : public Objective {
   at::Tensor loss_sum(const models::Outputs& out, const data::Batch& b) const override {
     const at::Tensor logits = out[models::kLogits].to(at::kFloat);
     const at::Tensor& labels = b.require(data::kLabels);
+    if (vocab_) {  // split logits: never gathered
+      at::Tensor per_token = parallel::vocab_parallel_token_losses(logits, labels, vocab_);
+      return per_sample_ ? models::per_sample_sum(per_token, labels, b[data::kSegmentIds]).sum : per_token.sum();
+    }
     return per_sample_ ? models::lm_cross_entropy_per_sample_sum(logits, labels, b[data::kSegmentIds]).sum
                        : models::lm_cross_entropy_sum(logits, labels).sum;
   }
 
   EvalSums eval_sums(const models::Outputs& out, const data::Batch& b) const override {
-    auto ce = models::lm_cross_entropy_sum(out[models::kLogits].to(at::kFloat), b.require(data::kLabels));
+    const at::Tensor logits = out[models::kLogits].to(at::kFloat);
+    if (vocab_) {
+      auto [sum, count] = parallel::vocab_parallel_cross_entropy_sum(logits, b.require(data::kLabels), vocab_);
+      return {sum, count};
+    }
+    auto ce = models::lm_cross_entropy_sum(logits, b.require(data::kLabels));
     return {ce.sum, ce.count};
   }
+
+  void set_vocab_parallel(parallel::TpGroup group) override { vocab_ = std::move(group); }
 
   std::string describe(double loss) const override {
     return cat("loss ", fixed(loss, 4), " (ppl ", fixed(std::exp(loss), 2), ")");
@@ -59,7 +70,11 @@ class CausalLMObjective : public Objective {
     return {cat("unigram baseline ", fixed(h, 4), " (ppl ", fixed(std::exp(h), 2), ")"), {{"unigram_baseline", h}}};
   }
 
-  bool reports_after_training() const override { return !sample_.prompt.empty() && sample_.max_new_tokens > 0; }
+  // Greedy decoding needs the whole vocabulary's logits on one rank: not under tensor parallelism
+  // (mm generate on the exported model gives the sample instead).
+  bool reports_after_training() const override {
+    return !vocab_ && !sample_.prompt.empty() && sample_.max_new_tokens > 0;
+  }
 
   Report after_training(models::Model& model, const data::TrainData& d) const override {
     auto* lm = dynamic_cast<models::CausalLM*>(&model);
@@ -76,6 +91,7 @@ class CausalLMObjective : public Objective {
  private:
   bool per_sample_;
   config::SampleConfig sample_;
+  parallel::TpGroup vocab_;  // set when the logits are split along the vocabulary
 };
 
 Registrar causal_lm(objective_registry(), "causal_lm",

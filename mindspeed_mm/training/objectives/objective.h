@@ -18,6 +18,7 @@
 #include "mindspeed_mm/core/registry.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/models/model.h"
+#include "mindspeed_mm/parallel/tensor_parallel.h"
 
 namespace mm::training {
 
@@ -60,6 +61,12 @@ class Objective {
   // greedy continuation of tools.sample.prompt.
   virtual bool reports_after_training() const { return false; }
   virtual Report after_training(models::Model& model, const data::TrainData& data) const { return {}; }
+  // Tensor parallelism left the model's logits split over `group` along the vocabulary: the loss
+  // must be computed without gathering them. An objective that cannot says so (ConfigError).
+  virtual void set_vocab_parallel(parallel::TpGroup group) {
+    throw ConfigError("config: this training.objective cannot take vocabulary-parallel logits "
+                      "(parallel.tensor_parallel_size > 1)");
+  }
 };
 
 // Objectives by id ("causal_lm"): a factory from the whole config (the objective reads its own
