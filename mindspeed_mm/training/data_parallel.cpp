@@ -98,6 +98,10 @@ void DataParallelModel::after_optimizer_step() {
   if (zero1_) zero1_->gather_params();
 }
 
+void DataParallelModel::weights_changed() {
+  if (zero1_) zero1_->refresh_shards();
+}
+
 void DataParallelModel::broadcast_parameters() {
   if (ddp_) ddp_->broadcast_parameters();
 }

@@ -48,6 +48,8 @@ class DataParallelModel {
   // The optimizer's parameter groups: the model's trainable parameters, or under FSDP their
   // shards (the groups, names and weight-decay rules of the full parameters).
   std::vector<ParamGroup> param_groups(const std::vector<std::string>& lr_multipliers) const;
+  // After the parameters were written in place (initialisation, loading): ZeRO-1's chunks follow.
+  void weights_changed();
   // DDP: rank 0's weights into every rank (after a resume, say).
   void broadcast_parameters();
 

@@ -32,22 +32,24 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
               o.sequence_parallel ? ", sequence parallel between the blocks" : "",
               tp.vocab_parallel_logits ? ", logits left split along the vocabulary" : "");
   }
+  // Without FSDP each parameter gets its storage, at its (tensor-parallel) shape, before DDP
+  // and ZeRO-1 take it in; its values come in step 4.
+  const bool fsdp = mesh.shape().dp_shard > 1;
+  if (deferred && !fsdp) mm::nn::materialize(model, device);
   // 3. data parallel
   config::ParallelConfig pc = cfg.parallel;
   if (pc.fsdp.units.empty()) pc.fsdp.units = plans.fsdp_units;
   auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device, std::move(tp));
   // 4. materialise
   if (deferred) {
-    // FSDP gives the parameters their storage (its chunks) on the device; otherwise each
-    // parameter gets storage of its (tensor-parallel) shape here, then its values.
-    if (dp->sharded()) model.to(device);  // buffers
-    else mm::nn::materialize(model, device);
+    if (fsdp) model.to(device);  // buffers (FSDP gives the parameters their storage on the device)
     dp->initialize([&] { model.init_weights(static_cast<uint64_t>(cfg.training.seed)); });
     if (!cfg.model.pretrained.empty())
       checkpoint::load_model_weights(model, cfg.model.pretrained, model.optional_checkpoint_tensors(),
                                      [&](const std::string& k) { return model.parameter_name(k); },
                                      dp->weight_store());
     load_part_weights(model, cfg.model, dp->weight_store());
+    dp->weights_changed();
   }
   // 5. recompute
   if (!cfg.features.recompute.empty())

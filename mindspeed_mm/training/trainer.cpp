@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <numeric>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/allocator.h"
@@ -95,7 +96,17 @@ Run::Run(const config::Config& cfg)
   data_ctx.micro_batch_size = tc_.micro_batch_size;
   data_ctx.rank = par_.dp_rank();
   data_ctx.world = par_.dp_size();
-  data_ = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(cfg.data, data_ctx);
+  config::DataConfig data_cfg = cfg.data;
+  if (cfg.parallel.sequence_parallel) {
+    // Sequence parallelism splits every batch's sequence over the tensor-parallel ranks: padded
+    // batches are padded to a multiple of them, fixed-length rows must be one.
+    const int64_t tp = par_.tp_size();
+    data_cfg.pad_to_multiple_of = std::lcm(data_cfg.pad_to_multiple_of, tp);
+    if (cfg.data.dataset == "text" && cfg.data.seq_len % tp != 0)
+      throw ConfigError(cat("config: parallel.sequence_parallel: data.seq_len ", cfg.data.seq_len,
+                            " does not divide by parallel.tensor_parallel_size ", tp));
+  }
+  data_ = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(data_cfg, data_ctx);
 
   setup_model();
   objective_ = make_objective(cfg, *model_);

@@ -1,0 +1,126 @@
+// `mm train` with tensor parallelism on loopback ranks (fp32): per-step losses within 1e-5
+// relative of one process with the same global batch over 20 steps, for TP2, TP2+SP, TP4 (the
+// two key/value heads replicated) + SP, TP2 x DP2 (DDP and ZeRO-1), FSDP2 x TP2 (+SP) and tied
+// embeddings, on the Qwen2 text model and on the tiny Qwen2-VL model (vision tower, projector
+// and language model all split); the final weights equal one process's (HF export); bad
+// layouts are clear one-line errors before training starts.
+#include <algorithm>
+
+#include "dist_train_runs.h"
+#include "mindspeed_mm/checkpoint/hf_weights.h"
+
+using namespace mm::test;
+
+namespace {
+
+// Every tensor of two HF exports within tol (relative to the tensor's largest element), except
+// the key projections' biases: softmax over the keys does not change when the same vector is
+// added to every key, so their true gradient is zero and what Adam makes of the rounding noise
+// differs between any two layouts (DDP included). Those must stay small in absolute terms.
+void expect_same_weights(const std::string& a, const std::string& b, double tol, const std::string& what) {
+  mm::st::HFWeights wa(a), wb(b);
+  auto ka = wa.keys(), kb = wb.keys();
+  std::sort(ka.begin(), ka.end());
+  std::sort(kb.begin(), kb.end());
+  ASSERT_EQ(ka, kb) << what;
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& k : ka) {
+    const at::Tensor x = wa.get(k).to(at::kDouble), y = wb.get(k).to(at::kDouble);
+    ASSERT_EQ(x.sizes(), y.sizes()) << what << " " << k;
+    if (k.find("k_proj.bias") != std::string::npos) {
+      EXPECT_LT((x - y).abs().max().item<double>(), 1e-2) << what << " " << k;
+      continue;
+    }
+    const double d = ((x - y).abs().max() / x.abs().max().clamp_min(1e-12)).item<double>();
+    if (d > worst) worst = d, worst_name = k;
+  }
+  EXPECT_LT(worst, tol) << what << " (" << worst_name << ")";
+  std::printf("%s: max relative weight difference after 20 steps %.2e (%s)\n", what.c_str(), worst, worst_name.c_str());
+}
+
+struct Layout {
+  int ranks;
+  std::string name, overrides;
+};
+
+}  // namespace
+
+TEST(TensorParallelTrain, Qwen2TextLayoutsEqualOneProcess) {
+  const std::string dir = fresh_dir("tp_train_text");
+  const std::string cfg = text_config(dir);
+  // Global batch 8 rows per step in 2 accumulation micro-steps.
+  const std::string ga = " training.gradient_accumulation_steps=2";
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.micro_batch_size=4" + ga + " training.export_dir=" + dir + "/one_hf");
+  const Layout layouts[] = {
+      {2, "TP2", "parallel.tensor_parallel_size=2 training.micro_batch_size=4"},
+      {2, "TP2+SP", "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true training.micro_batch_size=4"},
+      {4, "TP4+SP (KV heads replicated)",
+       "parallel.tensor_parallel_size=4 parallel.sequence_parallel=true training.micro_batch_size=4"},
+      {4, "TP2xDP2", "parallel.tensor_parallel_size=2 parallel.data_parallel_replicate_size=2 "
+                     "parallel.data_parallel_shard_size=1 training.micro_batch_size=2"},
+      {4, "TP2xDP2 ZeRO-1", "parallel.tensor_parallel_size=2 parallel.data_parallel_replicate_size=2 "
+                            "parallel.data_parallel_shard_size=1 parallel.distributed_optimizer=true "
+                            "training.micro_batch_size=2"},
+      {4, "FSDP2xTP2", "parallel.tensor_parallel_size=2 training.micro_batch_size=2"},
+      {4, "FSDP2xTP2+SP", "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true training.micro_batch_size=2"},
+  };
+  for (const Layout& l : layouts) {
+    const std::string hf = dir + "/hf_" + std::to_string(&l - layouts);
+    const TrainRun run = train(cfg, l.ranks, dir + "/run.jsonl", l.overrides + ga + " training.export_dir=" + hf);
+    expect_same_run(one, run, "qwen2 text, " + l.name);
+    expect_same_weights(dir + "/one_hf", hf, 1e-5, "qwen2 text, " + l.name);
+    EXPECT_NE(run.output.find("plan: tensor parallel over"), std::string::npos) << run.output;
+  }
+  // Tied embeddings: the embedding's rows are also the head's (vocab_tied).
+  const TrainRun one_tied = train(cfg, 1, dir + "/one_tied.jsonl",
+                                  "training.micro_batch_size=4 model.config.tie_word_embeddings=true" + ga);
+  const TrainRun tied = train(cfg, 2, dir + "/tied.jsonl",
+                              "parallel.tensor_parallel_size=2 training.micro_batch_size=4 "
+                              "model.config.tie_word_embeddings=true" + ga);
+  expect_same_run(one_tied, tied, "qwen2 text, tied embeddings, TP2");
+}
+
+TEST(TensorParallelTrain, Qwen2VlLayoutsEqualOneProcess) {
+  const std::string dir = fresh_dir("tp_train_vl");
+  const std::string cfg = vl_config(dir, 48);
+  // The tokenizer's 263 ids padded to 264 so the vocabulary splits over 2 (as Megatron pads it).
+  const std::string vocab = " model.config.vocab_size=264";
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.micro_batch_size=4" + vocab);
+  const Layout layouts[] = {
+      {2, "TP2", "parallel.tensor_parallel_size=2 training.micro_batch_size=4"},
+      {2, "TP2+SP", "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true training.micro_batch_size=4"},
+      {4, "FSDP2xTP2", "parallel.tensor_parallel_size=2 training.micro_batch_size=2"},
+  };
+  for (const Layout& l : layouts) {
+    const TrainRun run = train(cfg, l.ranks, dir + "/run.jsonl", l.overrides + vocab);
+    expect_same_run(one, run, "qwen2-vl, " + l.name);
+  }
+}
+
+TEST(TensorParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
+  const std::string dir = fresh_dir("tp_train_errors");
+  const std::string cfg = text_config(dir);
+  struct Case {
+    int ranks;
+    std::string overrides, want;
+  };
+  const Case cases[] = {
+      {2, "parallel.tensor_parallel_size=2 model.config.vocab_size=301",
+       "model.embed_tokens has 301 rows (the vocabulary), which do not divide by 2: set model.config.vocab_size"},
+      {3, "parallel.tensor_parallel_size=3 model.config.vocab_size=261",
+       "model.layers.0.self_attn has 4 query heads, which do not divide by 3"},
+      {2, "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true data.seq_len=33",
+       "parallel.sequence_parallel: data.seq_len 33 does not divide by parallel.tensor_parallel_size 2"},
+      {1, "parallel.sequence_parallel=true", "parallel.sequence_parallel needs parallel.tensor_parallel_size > 1"},
+      {4, "parallel.tensor_parallel_size=3", "does not divide the world size 4"},
+  };
+  for (const Case& c : cases) {
+    const std::string cmd = (c.ranks > 1 ? mm_launch(c.ranks) : std::string()) + mm_binary() + " train " + cfg + " " +
+                            c.overrides;
+    auto r = run_command(cmd);
+    EXPECT_NE(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.output.find(c.want), std::string::npos) << cmd << "\n" << r.output;
+    EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << cmd << "\n" << r.output;
+  }
+}
