@@ -3,7 +3,8 @@
 // and optimizer state, and training continues on the same samples (the data loader's position
 // reshards); HF export from sharded state, streamed, equals the checkpoint's weights; a run killed mid-step at a random iteration, or killed while saving, resumes with
 // losses bitwise equal to the uninterrupted run and the previous checkpoint intact; a rank killed
-// mid-step makes every rank and mm launch exit non-zero within the collective timeout.
+// mid-step makes every rank and mm launch exit non-zero within the collective timeout. The same
+// for tensor-parallel layouts: FSDP2 x TP2 -> TP2 -> one process -> TP4 -> TP2 x DP2 ZeRO-1 -> FSDP 4.
 #include <chrono>
 #include <random>
 
@@ -83,6 +84,54 @@ TEST(DistributedCheckpoint, ReshardsAcrossLayoutsBitwiseAndContinuesOnTheSameSam
   // Continuing: FSDP over 4 straight to 20 against FSDP over 4 to 10 then DDP over 2 to 20.
   const TrainRun resumed = train(cfg, 2, dir + "/resumed.jsonl",
                                  "training.micro_batch_size=2 parallel.data_parallel_replicate_size=2" + ga +
+                                     " training.resume=" + iter_dir(dir + "/a", 10));
+  ASSERT_EQ(resumed.losses.size(), 10u) << resumed.output;
+  for (auto& [it, l] : resumed.losses) EXPECT_NEAR(l, straight.losses.at(it), 1e-5 * l) << "iteration " << it;
+}
+
+// Tensor-parallel layouts: a checkpoint written by FSDP2 x TP2 (every piece a box of its
+// tensor-parallel slice, FSDP's range inside it) loads into TP2, one process, TP4 (the key/value
+// heads replicated), TP2 x DP2 with ZeRO-1 and FSDP over 4 with bitwise-equal weights and
+// optimizer state; its HF exports (the run's own, gathered slice by slice, and mm export's)
+// equal the checkpoint's weights; training continues at TP2 on the same samples.
+TEST(DistributedCheckpoint, TensorParallelLayoutsReshardBitwise) {
+  const std::string dir = fresh_dir("dist_ckpt_tp");
+  const std::string cfg = text_config(dir);
+  const std::string ga = " training.gradient_accumulation_steps=2";
+  const TrainRun straight = train(cfg, 4, dir + "/straight.jsonl",
+                                  "parallel.tensor_parallel_size=2 training.micro_batch_size=2" + ga +
+                                      " training.save_interval=10 training.save_dir=" + dir + "/a training.export_dir=" + dir +
+                                      "/hf");
+  ASSERT_TRUE(fs::exists(iter_dir(dir + "/a", 10) + "/model.rank00003.safetensors"));
+  struct Hop {
+    int ranks;
+    std::string name, overrides;
+  };
+  const Hop hops[] = {{2, "b", "parallel.tensor_parallel_size=2 training.micro_batch_size=4"},
+                      {1, "c", "training.micro_batch_size=4"},
+                      {4, "d", "parallel.tensor_parallel_size=4 parallel.sequence_parallel=true training.micro_batch_size=4"},
+                      {4, "e", "parallel.tensor_parallel_size=2 parallel.data_parallel_replicate_size=2 "
+                               "parallel.data_parallel_shard_size=1 parallel.distributed_optimizer=true training.micro_batch_size=2"},
+                      {4, "f", "training.micro_batch_size=1"}};
+  std::string prev = dir + "/a";
+  for (const Hop& h : hops) {
+    train(cfg, h.ranks, dir + "/" + h.name + ".jsonl",
+          h.overrides + ga + " training.train_iters=10 training.resume=" + iter_dir(prev, 10) + " training.save_dir=" + dir +
+              "/" + h.name);
+    expect_same_state(iter_dir(dir + "/a", 10), iter_dir(dir + "/" + h.name, 10), "FSDP2xTP2 -> " + h.name);
+    prev = dir + "/" + h.name;
+  }
+  auto exported = run_command(mm_binary() + " export --checkpoint " + dir + "/a --out " + dir + "/hf2");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  mm::checkpoint::CheckpointReader last(iter_dir(dir + "/a", 20));
+  for (const std::string hf : {dir + "/hf", dir + "/hf2"}) {
+    mm::st::HFWeights w(hf);
+    ASSERT_EQ(w.keys().size(), last.names("model").size()) << hf;
+    for (const auto& name : last.names("model"))
+      EXPECT_TRUE(at::equal(w.get(name), last.read_full("model", name))) << hf << " " << name;
+  }
+  const TrainRun resumed = train(cfg, 2, dir + "/resumed.jsonl",
+                                 "parallel.tensor_parallel_size=2 training.micro_batch_size=4" + ga +
                                      " training.resume=" + iter_dir(dir + "/a", 10));
   ASSERT_EQ(resumed.losses.size(), 10u) << resumed.output;
   for (auto& [it, l] : resumed.losses) EXPECT_NEAR(l, straight.losses.at(it), 1e-5 * l) << "iteration " << it;
