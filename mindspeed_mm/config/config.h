@@ -34,6 +34,15 @@ struct ParallelConfig {
   int64_t data_parallel_shard_size = -1;
   int64_t context_parallel_size = 1;
   int64_t tensor_parallel_size = 1;
+  // Pipeline parallelism: stages (the outermost mesh dimension), model chunks per stage
+  // (interleaved 1F1B when > 1), and the layers of each submodule per stage, MindSpeed-MM style:
+  // {text: [1, 9, 9, 9], vision: [32, 0, 0, 0]}, with virtual chunks a list per chunk
+  // ({text: [[2, 2], [2, 2]]} = [vp][pp]). Empty: the language model's layers split evenly over
+  // the pp x vp chunks, the other submodules on the first. The micro-batches of a step are
+  // training.gradient_accumulation_steps.
+  int64_t pipeline_parallel_size = 1;
+  int64_t virtual_pipeline_size = 1;
+  nlohmann::json pipeline_num_layers = nlohmann::json::object();
   double timeout_s = 600;                  // a collective that takes longer fails, naming the absent ranks
   double ddp_bucket_cap_mb = 25;           // DDP gradient buckets
   // ZeRO-1 with DDP (Megatron's --use-distributed-optimizer): optimizer state sharded over the
@@ -48,6 +57,9 @@ struct ParallelConfig {
     io("data_parallel_shard_size", data_parallel_shard_size, ge(-1));
     io("context_parallel_size", context_parallel_size, ge(1));
     io("tensor_parallel_size", tensor_parallel_size, ge(1));
+    io("pipeline_parallel_size", pipeline_parallel_size, ge(1));
+    io("virtual_pipeline_size", virtual_pipeline_size, ge(1));
+    io("pipeline_num_layers", pipeline_num_layers);
     io("timeout_s", timeout_s, gt(0));
     io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
     io("distributed_optimizer", distributed_optimizer);
@@ -297,9 +309,11 @@ struct ToolsConfig {
   double peak_tflops = 0;                  // for MFU; 0 = not reported
   std::string progress = "auto";           // auto (bar on a terminal) | bar | lines
   SampleConfig sample;
+  bool print_schedule = false;             // pipeline parallelism: print one step's per-stage timeline
   template <class IO> void io(IO& io) {
     io("peak_tflops", peak_tflops, ge(0));
     io("progress", progress, one_of({"auto", "bar", "lines"}));
+    io("print_schedule", print_schedule);
     io.section("sample", sample);
   }
 };

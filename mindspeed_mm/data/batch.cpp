@@ -33,6 +33,12 @@ void TensorMap::set(std::string_view name, at::Tensor t, bool host) {
   }
 }
 
+const at::Tensor& TensorMap::require_tensor(std::string_view name) const {
+  const Field* f = find(name);
+  MM_CHECK(f && f->tensor.defined(), "no tensor '", std::string(name), "' (have: ", cat(names().size()), " fields)");
+  return f->tensor;
+}
+
 std::vector<std::string> TensorMap::names() const {
   std::vector<std::string> out;
   for (const auto& f : fields_) out.push_back(f.name);

@@ -51,6 +51,8 @@ class TensorMap {
   void set(std::string_view name, at::Tensor t, bool host = false);
   const std::vector<Field>& fields() const { return fields_; }
   std::vector<std::string> names() const;
+  // The tensor, or mm::Error naming the field when there is none.
+  const at::Tensor& require_tensor(std::string_view name) const;
 
  private:
   const Field* find(std::string_view name) const;

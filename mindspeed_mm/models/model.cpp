@@ -1,5 +1,7 @@
 #include "mindspeed_mm/models/model.h"
 
+#include "mindspeed_mm/core/errors.h"
+
 namespace mm::models {
 
 size_t part_of(const std::vector<ModelPart>& parts, const std::string& parameter) {
@@ -21,6 +23,10 @@ std::vector<std::pair<std::string, int64_t>> parameters_by_part(const Model& mod
   for (const auto& [name, t] : model.named_parameters())
     if (size_t i = part_of(parts, name); i < parts.size()) counts[i].second += t.numel();
   return counts;
+}
+
+void Model::pipeline_forward(size_t, int64_t, int64_t, Outputs&, const data::Batch&) {
+  throw ConfigError(cat("config: parallel.pipeline_parallel_size > 1: model ", type_name(), " has no pipeline pieces"));
 }
 
 }  // namespace mm::models

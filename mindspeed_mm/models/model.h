@@ -45,6 +45,20 @@ struct PlanTable {
   std::vector<std::string> sequence_parallel;
 };
 
+// Pipeline parallelism (training/pipeline.h) runs the forward pass a piece at a time: the model
+// lists its submodules in forward order, each a run of numbered layers with the parameters used
+// before the first of them and after the last (parameter-path prefixes). A stage runs layers
+// [begin, end) of a submodule (with the parts before / after when the range starts / ends the
+// submodule) on the activations the previous piece left in `carry`; the last piece leaves the
+// model's Outputs there. What a piece needs besides (positions, masks, grids) it reads from the
+// batch, which every stage has.
+struct PipelineSubmodule {
+  std::string name;         // "text", "vision"
+  int64_t num_layers = 0;
+  std::string layer_prefix;  // layer i's parameters: layer_prefix + i + "."
+  std::vector<std::string> before, after;
+};
+
 class Model : public mm::nn::Module {
  public:
   // A batch on the model's device -> named outputs.
@@ -78,6 +92,10 @@ class Model : public mm::nn::Module {
   virtual double training_flops(const data::Batch& host) const = 0;
   // What a run's first lines say about its cost ("1.25 MFLOP per text token").
   virtual std::string cost_summary(int64_t seq_len) const = 0;
+
+  // Pipeline pieces (see PipelineSubmodule); a model without them cannot be pipelined.
+  virtual std::vector<PipelineSubmodule> pipeline_submodules() const { return {}; }
+  virtual void pipeline_forward(size_t submodule, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch);
 };
 
 // The part a parameter path belongs to (index into parts).

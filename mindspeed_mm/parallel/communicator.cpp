@@ -370,6 +370,11 @@ void Communicator::send(const at::Tensor& t, int dst, int tag) {
   run("send", v[0], [&](c10d::Backend& b) { return b.send(v, dst, tag); });
 }
 
+std::shared_ptr<PendingWork> Communicator::isend(const at::Tensor& t, int dst, int tag) {
+  std::vector<at::Tensor> v = {dense(t)};
+  return start("send", v[0], [&](c10d::Backend& b) { return b.send(v, dst, tag); });
+}
+
 void Communicator::recv(at::Tensor& t, int src, int tag) {
   at::Tensor buf = dense(t);
   std::vector<at::Tensor> v = {buf};

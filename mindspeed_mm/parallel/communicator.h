@@ -75,6 +75,8 @@ class Communicator {
                         const std::vector<int64_t>& recv_counts = {});
   void broadcast(at::Tensor& t, int root);
   void send(const at::Tensor& t, int dst, int tag = 0);
+  // send without waiting (pipeline stages: a stage's sends never block its next receive).
+  std::shared_ptr<PendingWork> isend(const at::Tensor& t, int dst, int tag = 0);
   void recv(at::Tensor& t, int src, int tag = 0);
   void barrier();
 

@@ -1,6 +1,6 @@
-// The device mesh: world = dp_replicate x dp_shard x cp x tp, TorchTitan's order with tp
-// innermost (neighbouring ranks share a tensor-parallel group, the fastest links):
-//   rank = ((replicate * dp_shard + shard) * cp + context) * tp + tensor
+// The device mesh: world = pp x dp_replicate x dp_shard x cp x tp, TorchTitan's order with pp
+// outermost and tp innermost (neighbouring ranks share a tensor-parallel group, the fastest links):
+//   rank = (((stage * dp_replicate + replicate) * dp_shard + shard) * cp + context) * tp + tensor
 // A rank's group along a dimension is the ranks that differ from it only in that coordinate;
 // "dp" is replicate x shard together (the data-parallel ranks that split the batch).
 #pragma once
@@ -14,12 +14,12 @@
 
 namespace mm::parallel {
 
-enum class MeshDim { kDpReplicate = 0, kDpShard = 1, kCp = 2, kTp = 3, kDp = 4 };
+enum class MeshDim { kDpReplicate = 0, kDpShard = 1, kCp = 2, kTp = 3, kDp = 4, kPp = 5 };
 const char* mesh_dim_name(MeshDim d);
 
 struct MeshShape {
-  int dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1;
-  int size() const { return dp_replicate * dp_shard * cp * tp; }
+  int dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
+  int size() const { return pp * dp_replicate * dp_shard * cp * tp; }
 };
 
 class DeviceMesh {
@@ -29,9 +29,9 @@ class DeviceMesh {
 
   const MeshShape& shape() const { return shape_; }
   int size(MeshDim d) const;
-  // (replicate, shard, context, tensor) of `rank`.
-  std::array<int, 4> coords(int rank) const;
-  int rank_of(const std::array<int, 4>& coords) const;
+  // (replicate, shard, context, tensor, stage) of `rank`.
+  std::array<int, 5> coords(int rank) const;
+  int rank_of(const std::array<int, 5>& coords) const;
   // The ranks of `rank`'s group along d, in coordinate order (the group rank is the index).
   std::vector<int> group(MeshDim d, int rank) const;
 

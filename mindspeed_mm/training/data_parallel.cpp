@@ -6,6 +6,7 @@
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/training/plans.h"
+#include "mindspeed_mm/training/train_step.h"
 
 namespace mm::training {
 namespace {
@@ -15,8 +16,8 @@ at::ScalarType dtype_of(const std::string& name) { return name == "bf16" ? at::k
 }  // namespace
 
 DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& par, const config::ParallelConfig& pc,
-                                     at::Device device, TpLayout tp)
-    : model_(model), par_(par), tp_(std::move(tp)) {
+                                     at::Device device, TpLayout tp, std::optional<PipelineLayout> pipeline)
+    : model_(model), par_(par), tp_(std::move(tp)), pipeline_(std::move(pipeline)) {
   for (auto& [name, p] : model.named_parameters()) {
     names_.emplace(p.unsafeGetTensorImpl(), name);
     if (!p.requires_grad()) continue;
@@ -28,8 +29,12 @@ DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& 
                       "(parallel.data_parallel_shard_size > 1) shards the optimizer state already");
   if (par.dp_size() == 1) return;
   if (par.shape().dp_shard == 1) {
-    ddp_ = std::make_unique<parallel::DistributedDataParallel>(trainable_, par.dp(),
-                                                               static_cast<int64_t>(pc.ddp_bucket_cap_mb * (1 << 20)));
+    // Pipeline stages run many backward passes per step (one per micro-batch and chunk): their
+    // gradients are all-reduced once after the step instead of in DDP's buckets.
+    manual_dp_ = pipeline_.has_value();
+    if (!manual_dp_)
+      ddp_ = std::make_unique<parallel::DistributedDataParallel>(trainable_, par.dp(),
+                                                                 static_cast<int64_t>(pc.ddp_bucket_cap_mb * (1 << 20)));
     if (pc.distributed_optimizer) {
       std::vector<std::pair<std::string, at::Tensor>> named;
       for (auto& [name, p] : model.named_parameters())
@@ -56,9 +61,20 @@ DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& 
 
 DataParallelModel::~DataParallelModel() = default;
 
+bool DataParallelModel::holds(const std::string& name) const {
+  return !pipeline_ || pipeline_->held_by(name, par_.pp_rank());
+}
+
+bool DataParallelModel::writes(const std::string& name) const {
+  if (!holds(name)) return false;
+  if (pipeline_ && !pipeline_->first_holder(name, par_.pp_rank())) return false;
+  return par_.tp_rank() == 0 || tp_.split(name);
+}
+
 bool DataParallelModel::store_full_value(const at::Tensor& param, const at::Tensor& value) {
   auto it = names_.find(param.unsafeGetTensorImpl());
   if (it == names_.end()) return false;
+  if (!holds(it->second)) return true;  // another pipeline stage's
   const at::Tensor local = tp_.local(it->second, value);
   if (fsdp_) return fsdp_->set_full_value(param, local);
   at::NoGradGuard no_grad;
@@ -68,13 +84,13 @@ bool DataParallelModel::store_full_value(const at::Tensor& param, const at::Tens
 }
 
 void DataParallelModel::initialize(const std::function<void()>& init) {
-  if (!fsdp_ && tp_.size == 1) return init();
+  if (!fsdp_ && tp_.size == 1 && !pipeline_) return init();
   mm::nn::ParamInitHookGuard hook([this](const at::Tensor& p, const at::Tensor& v) { return store_full_value(p, v); });
   init();
 }
 
 checkpoint::WeightStore DataParallelModel::weight_store() {
-  if (!fsdp_ && tp_.size == 1) return {};
+  if (!fsdp_ && tp_.size == 1 && !pipeline_) return {};
   return [this](at::Tensor& p, const at::Tensor& v) {
     MM_CHECK(store_full_value(p, v), "parallel: a loaded tensor is not one of the model's parameters");
   };
@@ -118,9 +134,52 @@ at::Tensor DataParallelModel::prepare_backward(const at::Tensor& loss, bool sync
   return fsdp_ ? fsdp_->prepare_backward(loss) : loss;
 }
 
+namespace {
+
+// One all-reduce for a list of tensors (flattened into one fp32 buffer and copied back).
+void all_reduce_together(std::vector<at::Tensor>& ts, parallel::Communicator& c) {
+  if (ts.empty()) return;
+  std::vector<at::Tensor> flat;
+  for (auto& g : ts) flat.push_back(g.reshape({-1}).to(at::kFloat));
+  at::Tensor buf = at::cat(flat);
+  c.all_reduce(buf);
+  int64_t at = 0;
+  for (auto& g : ts) {
+    g.copy_(buf.narrow(0, at, g.numel()).view(g.sizes()));
+    at += g.numel();
+  }
+}
+
+}  // namespace
+
 void DataParallelModel::finish_gradients() {
-  if (tp_.partial_grads.empty() || !par_.tp()) return;
   at::NoGradGuard no_grad;
+  if (manual_dp_) {
+    std::vector<at::Tensor> grads;
+    for (auto& p : trainable_)
+      if (p.grad().defined()) grads.push_back(p.grad());
+    all_reduce_together(grads, *par_.dp());
+  }
+  if (pipeline_) {
+    // Tied parameters (the embedding on the first stage and as the head on the last): each
+    // holder's gradient is summed over the stages (the others add zeros of the same size).
+    std::vector<at::Tensor> grads;
+    std::map<std::string, at::Tensor> params;
+    for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
+    for (const auto& name : pipeline_->shared()) {
+      at::Tensor p = params.at(name);
+      if (!p.requires_grad() && holds(name)) continue;  // frozen
+      const std::vector<int64_t> shape = tp_.local(name, at::empty(mm::nn::full_shape(p), at::kMeta)).sizes().vec();
+      if (holds(name)) {
+        if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+        grads.push_back(p.grad());
+      } else {
+        grads.push_back(at::zeros(shape, at::TensorOptions().dtype(at::kFloat).device(p.device())));
+      }
+    }
+    all_reduce_together(grads, *par_.pp());
+  }
+  if (tp_.partial_grads.empty() || !par_.tp()) return;
   std::vector<at::Tensor> grads;
   for (const auto& name : tp_.partial_grads) {
     at::Tensor g = fsdp_ ? fsdp_->shard(name).grad() : at::Tensor();
@@ -129,32 +188,28 @@ void DataParallelModel::finish_gradients() {
         if (trainable_names_[i] == name) g = trainable_[i].grad();
     if (g.defined()) grads.push_back(g);
   }
-  if (grads.empty()) return;
-  // One all-reduce for all of them.
-  std::vector<at::Tensor> flat;
-  for (auto& g : grads) flat.push_back(g.reshape({-1}).to(at::kFloat));
-  at::Tensor buf = at::cat(flat);
-  par_.tp()->all_reduce(buf);
-  int64_t at = 0;
-  for (auto& g : grads) {
-    g.copy_(buf.narrow(0, at, g.numel()).view(g.sizes()));
-    at += g.numel();
-  }
+  all_reduce_together(grads, *par_.tp());
 }
 
 double DataParallelModel::clip_grad_norm(double max_norm) {
   auto split = [this](const std::string& name) { return tp_.split(name); };
   if (fsdp_) return fsdp_->clip_grad_norm(max_norm, split, par_.tp().get());
-  if (tp_.size == 1) return training::clip_grad_norm(trainable_, max_norm);
-  // Slices of tensor-parallel parameters summed over the group; replicated ones counted once.
+  if (tp_.size == 1 && !pipeline_) return training::clip_grad_norm(trainable_, max_norm);
+  // Slices of tensor-parallel parameters summed over the group; replicated ones counted once;
+  // each pipeline stage's own, summed over the stages (a tied one on its first stage only).
   at::NoGradGuard no_grad;
-  at::Tensor sq = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(trainable_.front().device()));
+  const at::Device device = model_device(model_);
+  at::Tensor sq = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (size_t i = 0; i < trainable_.size(); ++i) {
     const at::Tensor& g = trainable_[i].grad();
+    if (pipeline_ && !pipeline_->first_holder(trainable_names_[i], par_.pp_rank())) continue;
     if (g.defined()) sq[split(trainable_names_[i]) ? 0 : 1].add_(g.to(at::kFloat).pow(2).sum().to(at::kDouble));
   }
-  if (par_.tp_rank() != 0) sq[1].zero_();
-  par_.tp()->all_reduce(sq);
+  if (par_.tp()) {
+    if (par_.tp_rank() != 0) sq[1].zero_();
+    par_.tp()->all_reduce(sq);
+  }
+  if (par_.pp()) par_.pp()->all_reduce(sq);
   const double norm = std::sqrt(sq.sum().item<double>());
   if (max_norm > 0 && norm > max_norm) {
     const double coef = max_norm / (norm + 1e-6);  // torch.nn.utils.clip_grad_norm_'s
@@ -180,6 +235,22 @@ void DataParallelModel::release_full() {
 }
 
 at::Tensor DataParallelModel::whole_parameter(const std::string& name, const at::Tensor& param) {
+  if (pipeline_) {
+    // From the first stage that holds it: its tensor-parallel ranks gather the slices, then the
+    // stages' rank 0 of each pipeline group receives it.
+    int owner = 0;
+    while (!pipeline_->first_holder(name, owner)) ++owner;
+    at::Tensor whole;
+    if (owner == par_.pp_rank()) whole = whole_tp(name, param);
+    at::Tensor t = whole.defined() ? whole.contiguous()
+                                   : at::zeros(mm::nn::full_shape(param), at::TensorOptions().dtype(param.scalar_type()).device(param.device()));
+    par_.pp()->broadcast(t, owner);
+    return par_.pp_rank() == 0 ? t : at::Tensor();
+  }
+  return whole_tp(name, param);
+}
+
+at::Tensor DataParallelModel::whole_tp(const std::string& name, const at::Tensor& param) {
   at::Tensor local = fsdp_ ? fsdp_->full_parameter(name) : param.detach();
   if (!tp_.split(name)) return local;
   // Every tensor-parallel rank's slice, put back in place in the split's view.
@@ -194,7 +265,7 @@ at::Tensor DataParallelModel::whole_parameter(const std::string& name, const at:
 }
 
 void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& hf_config) {
-  if (!fsdp_ && tp_.size == 1) {
+  if (!fsdp_ && tp_.size == 1 && !pipeline_) {
     if (par_.is_main()) checkpoint::export_hf_directory(dir, hf_config, model_);
     return;
   }
@@ -253,13 +324,12 @@ std::pair<int64_t, int64_t> DataParallelModel::range(const std::string& name, co
 
 checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& optimizer) const {
   checkpoint::RankCheckpoint part;
-  part.sharded = fsdp_ || zero1_ || tp_.size > 1;
+  part.sharded = fsdp_ || zero1_ || tp_.size > 1 || pipeline_;
   // The data position is the data-parallel rank's (tensor-parallel peers read the same data).
   part.loader_rank = par_.dp_rank();
   part.loader_world = par_.dp_size();
   part.writes_loader = par_.tp_rank() == 0;
-  // A parameter tensor parallelism leaves whole is the same on every tp rank: tp rank 0 writes it.
-  auto writes = [this](const std::string& name) { return par_.tp_rank() == 0 || tp_.split(name); };
+  part.writes_loader = part.writes_loader && par_.pp_rank() == 0;
   if (!part.sharded) {
     if (par_.dp_rank() == 0) {
       part.model = &model_;
@@ -278,7 +348,8 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   }
   for (auto& [name, t] : optimizer.state()) {
     if (t.dim() == 0) {
-      if (par_.dp_rank() == 0 && par_.tp_rank() == 0) part.optimizer_shards.push_back({name, {}, 0, 1, t.reshape({1})});
+      if (par_.dp_rank() == 0 && par_.tp_rank() == 0 && par_.pp_rank() == 0)
+        part.optimizer_shards.push_back({name, {}, 0, 1, t.reshape({1})});
       continue;
     }
     const std::string param = name.substr(name.find('.') + 1);  // "exp_avg.<param>"
@@ -308,6 +379,7 @@ void DataParallelModel::load_checkpoint(const checkpoint::CheckpointReader& r, O
                     missing.empty() ? "" : cat(" missing ", missing.front(), " (", missing.size(), " in all)"),
                     mismatched.empty() ? "" : cat(" shape mismatch ", mismatched.front(), " (", mismatched.size(), " in all)")));
   for (auto& [name, p] : params) {
+    if (!holds(name)) continue;  // another pipeline stage's
     const checkpoint::TensorBox box = tp_.box(name);  // this rank's tensor-parallel slice (or all of it)
     if (fsdp_) {
       auto [b, e] = fsdp_->shard_range(name);

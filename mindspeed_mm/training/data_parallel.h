@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
@@ -17,6 +18,7 @@
 #include "mindspeed_mm/parallel/zero1.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/parallel_setup.h"
+#include "mindspeed_mm/training/pipeline.h"
 #include "mindspeed_mm/training/tensor_parallel_plan.h"
 
 namespace mm::training {
@@ -35,11 +37,12 @@ class DataParallelModel {
   // the outermost one of each unit). The model's current weights must be the same on every rank.
   // device: where FSDP puts its shards and buffers (DDP's buckets follow the parameters).
   DataParallelModel(models::Model& model, const TrainParallel& par, const config::ParallelConfig& pc,
-                    at::Device device = at::kCPU, TpLayout tp = {});
+                    at::Device device = at::kCPU, TpLayout tp = {}, std::optional<PipelineLayout> pipeline = {});
   ~DataParallelModel();
 
   bool sharded() const { return fsdp_ != nullptr; }
   const TpLayout& tp_layout() const { return tp_; }
+  const std::optional<PipelineLayout>& pipeline_layout() const { return pipeline_; }
   // FSDP over a deferred model: runs init (the model's init_weights) keeping this rank's
   // slices of every value it draws, the same values an eager build has.
   void initialize(const std::function<void()>& init);
@@ -94,6 +97,8 @@ class DataParallelModel {
   models::Model& model_;
   const TrainParallel& par_;
   TpLayout tp_;
+  std::optional<PipelineLayout> pipeline_;
+  bool manual_dp_ = false;  // pipeline stages: gradients all-reduced over the data-parallel ranks after the step
   std::vector<at::Tensor> trainable_;
   std::vector<std::string> trainable_names_;
   std::unordered_map<const c10::TensorImpl*, std::string> names_;  // parameter -> its name
@@ -104,11 +109,16 @@ class DataParallelModel {
   // Elements [begin, end) of a parameter's flattened (tensor-parallel local) tensor that this
   // rank holds (and writes).
   std::pair<int64_t, int64_t> range(const std::string& name, const at::Tensor& param) const;
+  // Whether this rank holds the parameter (a pipeline stage holds its chunks' only), and whether
+  // it writes it to a checkpoint (one holder: tensor-parallel rank 0 unless split, the first stage).
+  bool holds(const std::string& name) const;
+  bool writes(const std::string& name) const;
   // This rank's value of a parameter from its whole tensor, into FSDP's chunk or the parameter.
   bool store_full_value(const at::Tensor& param, const at::Tensor& value);
   // The whole tensor of a parameter on rank 0 (every rank calls it in the same order: FSDP and
   // tensor-parallel gathers); undefined elsewhere.
   at::Tensor whole_parameter(const std::string& name, const at::Tensor& param);
+  at::Tensor whole_tp(const std::string& name, const at::Tensor& param);  // this stage's gather
 };
 
 }  // namespace mm::training

@@ -9,7 +9,8 @@
 namespace mm::training {
 
 double evaluate(models::Model& model, const Objective& objective, const data::ValPass& val, int64_t batch_size,
-                int64_t max_batches, bool bf16, DataParallelModel* dp, const TrainParallel* par) {
+                int64_t max_batches, bool bf16, DataParallelModel* dp, const TrainParallel* par,
+                PipelineRunner* pipeline) {
   at::NoGradGuard no_grad;
   const at::Device device = model_device(model);
   AutocastScope autocast(bf16, device.type());
@@ -20,7 +21,7 @@ double evaluate(models::Model& model, const Objective& objective, const data::Va
   val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& host) {
     const data::Batch b = data::batch_to_device(host, device);
     if (dp) dp->begin_forward();
-    EvalSums s = objective.eval_sums(model.forward(b), b);
+    EvalSums s = pipeline ? pipeline->eval_sums(b, objective) : objective.eval_sums(model.forward(b), b);
     sum_t.add_(s.sum.to(at::kDouble));
     count_t.add_(s.count.to(at::kDouble));
   });

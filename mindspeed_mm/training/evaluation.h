@@ -5,6 +5,7 @@
 #include "mindspeed_mm/models/model.h"
 #include "mindspeed_mm/training/data_parallel.h"
 #include "mindspeed_mm/training/objectives/objective.h"
+#include "mindspeed_mm/training/pipeline.h"
 
 namespace mm::training {
 
@@ -13,6 +14,7 @@ namespace mm::training {
 // device). With dp and par, each data-parallel rank runs its share of the batches and the sums
 // are added over the ranks (FSDP: every rank runs them all). NaN when nothing was counted.
 double evaluate(models::Model& model, const Objective& objective, const data::ValPass& val, int64_t batch_size,
-                int64_t max_batches, bool bf16, DataParallelModel* dp = nullptr, const TrainParallel* par = nullptr);
+                int64_t max_batches, bool bf16, DataParallelModel* dp = nullptr, const TrainParallel* par = nullptr,
+                PipelineRunner* pipeline = nullptr);
 
 }  // namespace mm::training

@@ -10,18 +10,21 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
   s.dp_replicate = static_cast<int>(p.data_parallel_replicate_size);
   s.cp = static_cast<int>(p.context_parallel_size);
   s.tp = static_cast<int>(p.tensor_parallel_size);
-  const int rest = s.dp_replicate * s.cp * s.tp;
+  s.pp = static_cast<int>(p.pipeline_parallel_size);
+  const int rest = s.dp_replicate * s.cp * s.tp * s.pp;
   if (p.data_parallel_shard_size == -1) {
     if (world_size % rest != 0)
-      throw ConfigError(cat("config: parallel.data_parallel_replicate_size ", s.dp_replicate, " x context_parallel_size ", s.cp,
-                            " x tensor_parallel_size ", s.tp, " = ", rest, " does not divide the world size ", world_size));
+      throw ConfigError(cat("config: parallel.pipeline_parallel_size ", s.pp, " x data_parallel_replicate_size ", s.dp_replicate,
+                            " x context_parallel_size ", s.cp, " x tensor_parallel_size ", s.tp, " = ", rest,
+                            " does not divide the world size ", world_size));
     s.dp_shard = world_size / rest;
   } else {
     s.dp_shard = static_cast<int>(p.data_parallel_shard_size);
   }
   if (s.size() != world_size)
-    throw ConfigError(cat("config: parallel.data_parallel_replicate_size ", s.dp_replicate, " x data_parallel_shard_size ",
-                          s.dp_shard, " x context_parallel_size ", s.cp, " x tensor_parallel_size ", s.tp, " = ", s.size(),
+    throw ConfigError(cat("config: parallel.pipeline_parallel_size ", s.pp, " x data_parallel_replicate_size ", s.dp_replicate,
+                          " x data_parallel_shard_size ", s.dp_shard, " x context_parallel_size ", s.cp,
+                          " x tensor_parallel_size ", s.tp, " = ", s.size(),
                           " does not equal the world size ", world_size, " (set by the launcher)"));
   return s;
 }
@@ -39,7 +42,8 @@ TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::Di
   dp_ = state_->shared_group(parallel::MeshDim::kDp);
   dp_rank_ = dp_->rank();
   if (shape_.tp > 1) tp_ = state_->shared_group(parallel::MeshDim::kTp);
-  log::info("distributed: rank ", env_.rank, " of ", env_.world_size, " (", env_.source, "), mesh dp_replicate ",
+  if (shape_.pp > 1) pp_ = state_->shared_group(parallel::MeshDim::kPp);
+  log::info("distributed: rank ", env_.rank, " of ", env_.world_size, " (", env_.source, "), mesh pp ", shape_.pp, " x dp_replicate ",
             shape_.dp_replicate, " x dp_shard ", shape_.dp_shard, " x cp ", shape_.cp, " x tp ", shape_.tp);
 }
 

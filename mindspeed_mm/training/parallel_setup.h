@@ -30,10 +30,14 @@ class TrainParallel {
   int dp_size() const { return shape_.dp_replicate * shape_.dp_shard; }
   int tp_size() const { return shape_.tp; }
   int tp_rank() const { return tp_ ? tp_->rank() : 0; }
+  int pp_size() const { return shape_.pp; }
+  int pp_rank() const { return pp_ ? pp_->rank() : 0; }
   // The data-parallel group (null in a world of 1) and the mesh's groups (null likewise).
   std::shared_ptr<parallel::Communicator> dp() const { return dp_; }
   // The tensor-parallel group (null unless tensor_parallel_size > 1).
   std::shared_ptr<parallel::Communicator> tp() const { return tp_; }
+  // The pipeline group: this rank's peers in the other stages (null unless pipeline_parallel_size > 1).
+  std::shared_ptr<parallel::Communicator> pp() const { return pp_; }
   parallel::ParallelState* state() const { return state_.get(); }
 
   // Sums of the values over the data-parallel ranks (the values themselves in a world of 1).
@@ -43,7 +47,7 @@ class TrainParallel {
  private:
   parallel::DistEnv env_;
   parallel::MeshShape shape_;
-  std::shared_ptr<parallel::Communicator> world_, dp_, tp_;
+  std::shared_ptr<parallel::Communicator> world_, dp_, tp_, pp_;
   std::unique_ptr<parallel::ParallelState> state_;
   int dp_rank_ = 0;
 };

@@ -1,11 +1,16 @@
 #include "mindspeed_mm/training/parallelize.h"
 
+#include <ATen/core/grad_mode.h>
+
+#include <optional>
+
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/plans.h"
+#include "mindspeed_mm/training/pipeline.h"
 #include "mindspeed_mm/training/recompute.h"
 #include "mindspeed_mm/training/tensor_parallel_plan.h"
 
@@ -32,6 +37,31 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
               o.sequence_parallel ? ", sequence parallel between the blocks" : "",
               tp.vocab_parallel_logits ? ", logits left split along the vocabulary" : "");
   }
+  // 3. pipeline: this stage keeps only the parameters its chunks use (the others keep their full
+  // shape for checkpoints and no storage, and take no gradient).
+  std::optional<PipelineLayout> pipeline;
+  if (mesh.pp_size() > 1) {
+    if (mesh.shape().dp_shard > 1)
+      throw ConfigError("config: parallel.pipeline_parallel_size > 1 with FSDP (data_parallel_shard_size > 1) is not "
+                        "built yet: use DDP or ZeRO-1 (data_parallel_replicate_size, distributed_optimizer)");
+    pipeline = make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp_size(),
+                                    static_cast<int>(cfg.parallel.virtual_pipeline_size));
+    at::NoGradGuard no_grad;
+    int64_t kept = 0;
+    for (auto& [name, p] : model.named_parameters()) {
+      if (pipeline->held_by(name, mesh.pp_rank())) {
+        ++kept;
+        continue;
+      }
+      at::Tensor t = p;
+      mm::nn::set_full_shape(t, mm::nn::full_shape(t));
+      t.requires_grad_(false);
+      mm::nn::reshape_deferred(t, {0});
+    }
+    log::info("plan: pipeline over ", mesh.pp_size(), " stages", cfg.parallel.virtual_pipeline_size > 1
+              ? cat(" x ", cfg.parallel.virtual_pipeline_size, " virtual chunks (interleaved 1F1B)") : " (1F1B)",
+              ": ", pipeline->describe(), "; this stage holds ", kept, " parameter tensors");
+  }
   // Without FSDP each parameter gets its storage, at its (tensor-parallel) shape, before DDP
   // and ZeRO-1 take it in; its values come in step 4.
   const bool fsdp = mesh.shape().dp_shard > 1;
@@ -39,7 +69,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   // 3. data parallel
   config::ParallelConfig pc = cfg.parallel;
   if (pc.fsdp.units.empty()) pc.fsdp.units = plans.fsdp_units;
-  auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device, std::move(tp));
+  auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device, std::move(tp), std::move(pipeline));
   // 4. materialise
   if (deferred) {
     if (fsdp) model.to(device);  // buffers (FSDP gives the parameters their storage on the device)

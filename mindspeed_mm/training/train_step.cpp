@@ -44,7 +44,12 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   const double normaliser = std::max(1.0, r.normaliser);
 
   at::Tensor loss_sum;  // summed on the device, read once after the step's backward passes
-  for (size_t m = 0; m < micro.size(); ++m) {
+  if (env.pipeline) {
+    std::vector<data::Batch> batches;
+    for (const auto& mb : micro) batches.push_back(mb.device);
+    loss_sum = at::tensor(env.pipeline->run_step(batches, env.objective, normaliser, env.bf16), at::kDouble);
+  }
+  for (size_t m = 0; m < micro.size() && !env.pipeline; ++m) {
     const data::Batch& b = micro[m].device;
     models::Outputs out;
     {

@@ -17,6 +17,7 @@
 #include "mindspeed_mm/training/device_batches.h"
 #include "mindspeed_mm/training/objectives/objective.h"
 #include "mindspeed_mm/training/optimizer.h"
+#include "mindspeed_mm/training/pipeline.h"
 
 namespace mm::training {
 
@@ -29,6 +30,8 @@ struct StepEnv {
   const TrainParallel& par;
   bool bf16 = false;      // bf16 autocast for the device's type around the forward
   double clip_grad = 0;   // max global gradient norm; 0 = no clipping
+  // Pipeline parallelism: the micro-batches go through the stages by its schedule.
+  PipelineRunner* pipeline = nullptr;
   // After micro-batch m's forward (the crash-mid-step tests).
   std::function<void(size_t m)> after_forward;
   // After the gradients are final and clipped, before the update (the first step's memory report).

@@ -60,6 +60,7 @@ class Run {
   std::shared_ptr<models::Model> model_;
   std::unique_ptr<Objective> objective_;
   std::unique_ptr<DataParallelModel> dp_;
+  std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
   LRSchedule lr_at_;
   std::unique_ptr<DevicePrefetcher> batches_;
@@ -111,6 +112,22 @@ Run::Run(const config::Config& cfg)
   setup_model();
   objective_ = make_objective(cfg, *model_);
   if (dp_->tp_layout().vocab_parallel_logits) objective_->set_vocab_parallel(par_.tp());
+  if (dp_->pipeline_layout()) {
+    pipeline_ = std::make_unique<PipelineRunner>(*model_, *dp_->pipeline_layout(), par_.pp());
+    const int m = static_cast<int>(tc_.gradient_accumulation_steps);
+    int in_flight = 0;
+    for (int s = 0; s < par_.pp_size(); ++s)
+      in_flight = std::max(in_flight, max_in_flight(pipeline_schedule(s, par_.pp_size(), m,
+                                                                      static_cast<int>(cfg.parallel.virtual_pipeline_size))));
+    double bubble = 0;
+    print_schedule(par_.pp_size(), m, static_cast<int>(cfg.parallel.virtual_pipeline_size), &bubble);
+    log::info("pipeline: ", m, " micro-batches per step; at most ", in_flight,
+              " micro-batch activations in flight on a stage; schedule bubble ", fixed(100 * bubble, 1),
+              "% (tools.print_schedule shows the timeline)");
+    if (cfg.tools.print_schedule)
+      log::info("pipeline schedule of one step:\n",
+                print_schedule(par_.pp_size(), m, static_cast<int>(cfg.parallel.virtual_pipeline_size)));
+  }
   // The fields the model and the objective need must be ones the dataset produces.
   std::vector<std::string> needed = model_->required_fields();
   for (const auto& f : objective_->required_fields()) needed.push_back(f);
@@ -153,7 +170,7 @@ Run::Run(const config::Config& cfg)
 void Run::setup_model() {
   const auto seed = static_cast<uint64_t>(tc_.seed);
   at::manual_seed(seed);
-  const bool deferred = par_.shape().dp_shard > 1 || par_.shape().tp > 1;
+  const bool deferred = par_.shape().dp_shard > 1 || par_.shape().tp > 1 || par_.shape().pp > 1;
   model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, deferred, device_);
   dp_ = parallelize(*model_, cfg_, par_, device_, deferred);
   int64_t trainable = 0;
@@ -209,6 +226,7 @@ void Run::step() {
     if (!warned_unread_) warn_unread_fields(micro.back().host);
   }
   StepEnv env{*model_, *objective_, *dp_, *optimizer_, par_, tc_.precision == "bf16", tc_.clip_grad};
+  env.pipeline = pipeline_.get();
   if (state_.iteration + 1 == kill_at_) env.after_forward = [](size_t) { std::raise(SIGKILL); };
   if (state_.iteration == start_iteration_) {
     // Parameters + gradients + optimizer state held here, against one process alone.
@@ -252,7 +270,7 @@ void Run::step() {
 
 double Run::validate(const std::string& when, bool with_baseline) {
   const double v = evaluate(*model_, *objective_, data_.val, tc_.micro_batch_size, tc_.eval_iters,
-                            tc_.precision == "bf16", dp_.get(), &par_);
+                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get());
   std::string line = cat("validation ", when, ": ", objective_->describe(v));
   nlohmann::json record = {{"iter", state_.iteration}, {"val_loss", v}};
   record.update(objective_->eval_record(v));
@@ -290,7 +308,9 @@ void Run::finish(TrainSummary& summary) {
     progress_->event(cat("exported Hugging Face model to ", tc_.export_dir), nullptr);
   }
   // The objective's closing report runs on rank 0 alone, with the full weights.
-  if (objective_->reports_after_training()) {
+  if (objective_->reports_after_training() && pipeline_) {
+    log::info("sample: skipped under pipeline parallelism (mm generate on the exported model gives it)");
+  } else if (objective_->reports_after_training()) {
     dp_->gather_full();
     if (par_.is_main()) {
       Report r = objective_->after_training(*model_, data_);

@@ -117,8 +117,8 @@ TEST(Distributed, MissingOrDeadRankIsAClearErrorWithinTheTimeout) {
 
 TEST(DeviceMesh, LayoutGroupsAndErrors) {
   DeviceMesh m({2, 2, 1, 2}, 8);  // replicate 2 x shard 2 x tp 2
-  EXPECT_EQ(m.coords(5), (std::array<int, 4>{1, 0, 0, 1}));
-  EXPECT_EQ(m.rank_of({1, 0, 0, 1}), 5);
+  EXPECT_EQ(m.coords(5), (std::array<int, 5>{1, 0, 0, 1, 0}));
+  EXPECT_EQ(m.rank_of({1, 0, 0, 1, 0}), 5);
   EXPECT_EQ(m.group(MeshDim::kTp, 5), (std::vector<int>{4, 5}));
   EXPECT_EQ(m.group(MeshDim::kDpShard, 5), (std::vector<int>{5, 7}));
   EXPECT_EQ(m.group(MeshDim::kDpReplicate, 5), (std::vector<int>{1, 5}));

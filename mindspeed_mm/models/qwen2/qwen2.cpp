@@ -188,13 +188,16 @@ mm::nn::ForwardContext Qwen2Model::make_context(const at::Tensor& position_ids, 
 }
 
 at::Tensor Qwen2Model::forward(const at::Tensor& inputs_embeds, const mm::nn::ForwardContext& ctx) {
-  at::Tensor h = inputs_embeds;
+  return norm->forward(forward_layers(inputs_embeds, ctx, 0, static_cast<int64_t>(layers.size())));
+}
+
+at::Tensor Qwen2Model::forward_layers(at::Tensor h, const mm::nn::ForwardContext& ctx, int64_t begin, int64_t end) {
   mm::nn::ForwardContext layer_ctx = ctx;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    layer_ctx.layer_index = static_cast<int64_t>(i);
-    h = layers[i]->call(h, layer_ctx);
+  for (int64_t i = begin; i < end; ++i) {
+    layer_ctx.layer_index = i;
+    h = layers[static_cast<size_t>(i)]->call(h, layer_ctx);
   }
-  return norm->forward(h);
+  return h;
 }
 
 Qwen2ForCausalLM::Qwen2ForCausalLM(const Qwen2Config& c, at::ScalarType dtype) : config(c) {
@@ -231,6 +234,44 @@ at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const Multimoda
                              .expand({B, S});
   const mm::nn::ForwardContext rope = model->make_context(pos, h.scalar_type());
   return logits(model->forward(h, decoder_context(rope.cos, rope.sin, h.scalar_type(), in)));
+}
+
+std::vector<PipelineSubmodule> Qwen2ForCausalLM::pipeline_submodules() const {
+  PipelineSubmodule text;
+  text.name = "text";
+  text.num_layers = config.num_hidden_layers;
+  text.layer_prefix = "model.layers.";
+  text.before = {"model.embed_tokens."};
+  text.after = {"model.norm.", lm_head ? "lm_head." : "model.embed_tokens."};  // tied: the embedding again
+  return {text};
+}
+
+at::Tensor Qwen2ForCausalLM::pipeline_embeddings(const MultimodalInputs& in, const Outputs&) {
+  return model->embed_tokens->forward(in.input_ids);
+}
+
+std::pair<at::Tensor, at::Tensor> Qwen2ForCausalLM::pipeline_rope(const MultimodalInputs& in, at::ScalarType dtype,
+                                                                  at::Device device) const {
+  const int64_t B = in.input_ids.size(0), S = in.input_ids.size(1);
+  at::Tensor pos = in.position_ids.defined()
+                       ? in.position_ids
+                       : at::arange(S, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0).expand({B, S});
+  const mm::nn::ForwardContext rope = model->make_context(pos, dtype);
+  return {rope.cos, rope.sin};
+}
+
+void Qwen2ForCausalLM::text_pipeline_forward(int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) {
+  const MultimodalInputs in = multimodal_inputs(batch);
+  at::Tensor h = begin == 0 ? pipeline_embeddings(in, carry) : carry.require_tensor("hidden");
+  auto [cos, sin] = pipeline_rope(in, h.scalar_type(), h.device());
+  h = model->forward_layers(h, decoder_context(cos, sin, h.scalar_type(), in), begin, end);
+  carry = Outputs();
+  if (end == config.num_hidden_layers) carry.set(kLogits, logits(model->norm->forward(h)));
+  else carry.set("hidden", h);
+}
+
+void Qwen2ForCausalLM::pipeline_forward(size_t, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) {
+  text_pipeline_forward(begin, end, carry, batch);
 }
 
 void Qwen2ForCausalLM::init_weights(uint64_t seed) {

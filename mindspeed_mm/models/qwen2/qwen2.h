@@ -127,6 +127,8 @@ class Qwen2Model : public mm::nn::Module {
   mm::nn::ForwardContext make_context(const at::Tensor& position_ids, at::ScalarType dtype) const;
   // inputs_embeds [B, S, hidden] -> final-normed hidden states; every layer runs via Block::call.
   at::Tensor forward(const at::Tensor& inputs_embeds, const mm::nn::ForwardContext& ctx);
+  // Layers [begin, end) only, without the final norm (a pipeline stage's share).
+  at::Tensor forward_layers(at::Tensor h, const mm::nn::ForwardContext& ctx, int64_t begin, int64_t end);
   std::string type_name() const override { return "Qwen2Model"; }
 
   Qwen2Config config;
@@ -150,6 +152,10 @@ class Qwen2ForCausalLM : public CausalLM {
   at::Tensor forward_embeds(const at::Tensor& inputs_embeds, const MultimodalInputs& in);
   // hidden [B, S, hidden] -> logits [B, S, vocab] (through embed_tokens.weight when tied).
   at::Tensor logits(const at::Tensor& hidden) const;
+  // Pipeline pieces: one submodule "text" (embedding before the layers; the final norm and the
+  // head, or the tied embedding, after them). carry: "hidden" between layers, "logits" at the end.
+  std::vector<PipelineSubmodule> pipeline_submodules() const override;
+  void pipeline_forward(size_t submodule, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) override;
   // Linear/Embedding weights ~ N(0, initializer_range), biases 0, norm weights 1. Values are drawn
   // in fp32 on the CPU in named_parameters() order, so they do not depend on device or dtype.
   void init_weights(uint64_t seed) override;
@@ -162,6 +168,15 @@ class Qwen2ForCausalLM : public CausalLM {
   Qwen2Config config;
   std::shared_ptr<Qwen2Model> model;
   std::shared_ptr<Linear> lm_head;  // null when tie_word_embeddings
+
+ protected:
+  // The decoder's input embeddings of a batch (Qwen2-VL: with the vision features of `carry`
+  // placed) and its rotary tables, for the pipeline pieces.
+  virtual at::Tensor pipeline_embeddings(const MultimodalInputs& in, const Outputs& carry);
+  virtual std::pair<at::Tensor, at::Tensor> pipeline_rope(const MultimodalInputs& in, at::ScalarType dtype,
+                                                          at::Device device) const;
+  // The text submodule's piece.
+  void text_pipeline_forward(int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch);
 };
 
 }  // namespace mm::models

@@ -197,6 +197,50 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   return logits(model->forward(h, decoder_context(cos, sin, h.scalar_type(), in)));
 }
 
+std::vector<PipelineSubmodule> Qwen2VLForConditionalGeneration::pipeline_submodules() const {
+  PipelineSubmodule vision;
+  vision.name = "vision";
+  vision.num_layers = static_cast<int64_t>(visual->blocks.size());
+  vision.layer_prefix = "visual.blocks.";
+  vision.before = {"visual.patch_embed."};
+  vision.after = {"visual.merger."};
+  return {vision, Qwen2ForCausalLM::pipeline_submodules().front()};
+}
+
+void Qwen2VLForConditionalGeneration::pipeline_forward(size_t submodule, int64_t begin, int64_t end, Outputs& carry,
+                                                       const data::Batch& batch) {
+  if (submodule == 1) return text_pipeline_forward(begin, end, carry, batch);
+  const MultimodalInputs in = multimodal_inputs(batch, /*attention=*/false);
+  auto piece = [&](const at::Tensor& pixels, const at::Tensor& grid, const std::string& kind) {
+    if (!pixels.defined()) return;
+    Qwen2VisionTransformer::Run run = visual->prepare(pixels, grid, begin == 0);
+    at::Tensor h = begin == 0 ? run.h : carry.require_tensor(kind + "_hidden");
+    h = visual->run_blocks(run, h, begin, end);
+    carry.set(kind + "_hidden", at::Tensor());
+    if (end == static_cast<int64_t>(visual->blocks.size())) carry.set(kind + "_features", visual->finish(run, h));
+    else carry.set(kind + "_hidden", h);
+  };
+  piece(in.pixel_values, in.image_grid_thw, "image");
+  piece(in.pixel_values_videos, in.video_grid_thw, "video");
+}
+
+at::Tensor Qwen2VLForConditionalGeneration::pipeline_embeddings(const MultimodalInputs& in, const Outputs& carry) {
+  at::Tensor h = model->embed_tokens->forward(in.input_ids);
+  if (carry.has("image_features"))
+    h = place_vision_features(h, in.input_ids, vl_config.rope_index.image_token_id, carry["image_features"], "qwen2_vl", "image");
+  if (carry.has("video_features"))
+    h = place_vision_features(h, in.input_ids, vl_config.rope_index.video_token_id, carry["video_features"], "qwen2_vl", "video");
+  return h;
+}
+
+std::pair<at::Tensor, at::Tensor> Qwen2VLForConditionalGeneration::pipeline_rope(const MultimodalInputs& in,
+                                                                                 at::ScalarType dtype, at::Device device) const {
+  at::Tensor pos = mrope_positions(in).to(device);
+  const auto table_dtype = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor inv = rope_inv_freq(config.head_dim(), config.rope_theta, table_dtype, device);
+  return mrope_cos_sin(pos, inv, vl_config.mrope_section);
+}
+
 double Qwen2VLForConditionalGeneration::training_flops(const MultimodalInputs& in) const {
   return CausalLM::training_flops(in) + vl_config.vision.training_flops(in.image_grid_thw) +
          vl_config.vision.training_flops(in.video_grid_thw);

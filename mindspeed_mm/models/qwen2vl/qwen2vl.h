@@ -51,6 +51,11 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   using CausalLM::training_flops;
   // The language model's plans (qwen2.h) plus the vision tower's and the projector's.
   PlanTable plans() const override;
+  // Pipeline pieces: "vision" (the patch embedding before its blocks, the merger after them;
+  // carry image_hidden / video_hidden, then image_features / video_features), then "text" as
+  // in Qwen2 with the features placed into its embeddings.
+  std::vector<PipelineSubmodule> pipeline_submodules() const override;
+  void pipeline_forward(size_t submodule, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) override;
   std::vector<ModelPart> parts() const override {
     return {{"vision_tower", "visual."}, {"projector", "visual.merger."}, {"language_model", ""}};
   }
@@ -63,6 +68,13 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   at::Tensor mrope_positions(const MultimodalInputs& in) const;
 
   Qwen2VLConfig vl_config;
+
+ protected:
+  at::Tensor pipeline_embeddings(const MultimodalInputs& in, const Outputs& carry) override;
+  std::pair<at::Tensor, at::Tensor> pipeline_rope(const MultimodalInputs& in, at::ScalarType dtype,
+                                                  at::Device device) const override;
+
+ public:
   std::shared_ptr<Qwen2VisionTransformer> visual;
 };
 

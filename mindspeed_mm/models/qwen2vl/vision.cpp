@@ -230,6 +230,13 @@ at::Tensor Qwen2VisionTransformer::rotary_angles(const at::Tensor& grid_thw) con
 }
 
 at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
+  Run run = prepare(pixel_values, grid_thw);
+  at::Tensor h = run_blocks(run, run.h, 0, static_cast<int64_t>(blocks.size()));
+  return finish(run, h);
+}
+
+Qwen2VisionTransformer::Run Qwen2VisionTransformer::prepare(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
+                                                            bool embed) const {
   MM_CHECK(pixel_values.dim() == 2 && pixel_values.size(1) == config.patch_dim(), "qwen2vl vision: pixel_values must be [N, ",
            config.patch_dim(), "] (got ", pixel_values.sizes(), ")");
   MM_CHECK(grid_thw.dim() == 2 && grid_thw.size(1) == 3, "qwen2vl vision: grid_thw must be [images, 3] (got ",
@@ -249,7 +256,8 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
 
   const auto dtype = patch_embed_weight.scalar_type();
   // Conv3d with kernel = stride over one patch each: a matmul with the flattened kernel.
-  at::Tensor h = at::matmul(pixel_values.to(dtype), patch_embed_weight.reshape({config.embed_dim, -1}).t());
+  at::Tensor h;
+  if (embed) h = at::matmul(pixel_values.to(dtype), patch_embed_weight.reshape({config.embed_dim, -1}).t());
   at::Tensor angles = rotary_angles(g);
   const at::Tensor frame_cu = at::tensor(frames, at::kLong);
   at::Tensor window_cu, unit_order;
@@ -257,28 +265,36 @@ at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const
     // Window order: reorder whole merge units (patches and their rotary angles); frames stay
     // contiguous and in order, so the per-frame segments above still hold.
     WindowIndex wi = qwen2_5_vl_window_index(g, config.window_units(), m);
-    const int64_t unit = m * m, N = h.size(0);
+    const int64_t unit = m * m, N = pixel_values.size(0);
     unit_order = at::tensor(wi.index, at::kLong);
     at::Tensor patch_order = (unit_order.unsqueeze(1) * unit + at::arange(unit, at::kLong).unsqueeze(0)).reshape({N});
-    h = h.index_select(0, patch_order.to(h.device()));
+    if (h.defined()) h = h.index_select(0, patch_order.to(h.device()));
     angles = angles.index_select(0, patch_order);
     window_cu = at::tensor(wi.cu_seqlens, at::kLong);
   }
   at::Tensor emb = at::cat({angles, angles}, -1).unsqueeze(0).unsqueeze(0);  // [1, 1, N, head_dim]
   mm::nn::ForwardContext ctx;
-  ctx.cos = emb.cos().to(h.device());
-  ctx.sin = emb.sin().to(h.device());
+  ctx.cos = emb.cos().to(pixel_values.device());
+  ctx.sin = emb.sin().to(pixel_values.device());
   ctx.causal = false;
+  return {h, ctx, frame_cu, window_cu, unit_order};
+}
+
+at::Tensor Qwen2VisionTransformer::run_blocks(Run& run, at::Tensor h, int64_t begin, int64_t end) {
   const auto& full = config.fullatt_block_indexes;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    ctx.layer_index = static_cast<int64_t>(i);
-    const bool windowed =
-        config.qwen2_5 && std::find(full.begin(), full.end(), static_cast<int64_t>(i)) == full.end();
-    ctx.cu_seqlens = windowed ? window_cu : frame_cu;
-    h = blocks[i]->call(h, ctx);
+  for (int64_t i = begin; i < end; ++i) {
+    run.ctx.layer_index = i;
+    const bool windowed = config.qwen2_5 && std::find(full.begin(), full.end(), i) == full.end();
+    run.ctx.cu_seqlens = windowed ? run.window_cu : run.frame_cu;
+    h = blocks[static_cast<size_t>(i)]->call(h, run.ctx);
   }
+  return h;
+}
+
+at::Tensor Qwen2VisionTransformer::finish(const Run& run, const at::Tensor& h) const {
   at::Tensor merged = merger->forward(h);
   if (!config.qwen2_5) return merged;
+  const at::Tensor& unit_order = run.unit_order;
   // Back to the processor's order: the unit at window position k is unit_order[k].
   at::Tensor inverse = at::empty_like(unit_order);
   inverse.index_put_({unit_order}, at::arange(unit_order.size(0), at::kLong));

@@ -163,6 +163,17 @@ class Qwen2VisionTransformer : public mm::nn::Module {
   // pixel_values [N, patch_dim], grid_thw int64 [n, 3] with sum(t * h * w) = N ->
   // [N / merge^2, hidden_size]. mm::Error for shapes that disagree.
   at::Tensor forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw);
+  // The same in pieces (a pipeline stage runs some blocks): prepare checks the shapes and builds
+  // the blocks' context (rotary tables, segments, Qwen2.5-VL's window order) and, when embed, the
+  // patch embeddings; run_blocks runs blocks [begin, end); finish merges (and restores the order).
+  struct Run {
+    at::Tensor h;  // patch embeddings [N, embed_dim] (prepare with embed)
+    mm::nn::ForwardContext ctx;
+    at::Tensor frame_cu, window_cu, unit_order;
+  };
+  Run prepare(const at::Tensor& pixel_values, const at::Tensor& grid_thw, bool embed = true) const;
+  at::Tensor run_blocks(Run& run, at::Tensor h, int64_t begin, int64_t end);
+  at::Tensor finish(const Run& run, const at::Tensor& h) const;
   // The 2-D rotary angles [N, head_dim / 2] (row angles, then column angles) of the patches.
   at::Tensor rotary_angles(const at::Tensor& grid_thw) const;
   std::string type_name() const override { return "Qwen2VisionTransformer"; }
