@@ -8,7 +8,7 @@
 # named here is `unit`: give a new slow test its label here.
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
 set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
-    TensorParallelTrain)
+    TensorParallelTrain PipelineTrain)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 
 #include "colour_images.h"
 #include "corpora.h"
+#include "mindspeed_mm/checkpoint/hf_weights.h"
 #include "metrics_file.h"
 #include "run_command.h"
 
@@ -113,5 +115,31 @@ inline void expect_same_run(const TrainRun& one, const TrainRun& dist, const std
   std::printf("%s: max relative loss difference over 20 steps %.2e\n", what.c_str(), worst);
 }
 
+
+// Every tensor of two HF exports within tol (0: equal) (relative to the tensor's largest element), except
+// the key projections' biases: softmax over the keys does not change when the same vector is
+// added to every key, so their true gradient is zero and what Adam makes of the rounding noise
+// differs between any two layouts (DDP included). Those must stay small in absolute terms.
+inline void expect_same_weights(const std::string& a, const std::string& b, double tol, const std::string& what) {
+  mm::st::HFWeights wa(a), wb(b);
+  auto ka = wa.keys(), kb = wb.keys();
+  std::sort(ka.begin(), ka.end());
+  std::sort(kb.begin(), kb.end());
+  ASSERT_EQ(ka, kb) << what;
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& k : ka) {
+    const at::Tensor x = wa.get(k).to(at::kDouble), y = wb.get(k).to(at::kDouble);
+    ASSERT_EQ(x.sizes(), y.sizes()) << what << " " << k;
+    if (k.find("k_proj.bias") != std::string::npos) {
+      EXPECT_LT((x - y).abs().max().item<double>(), 1e-2) << what << " " << k;
+      continue;
+    }
+    const double d = ((x - y).abs().max() / x.abs().max().clamp_min(1e-12)).item<double>();
+    if (d > worst) worst = d, worst_name = k;
+  }
+  EXPECT_LE(worst, tol) << what << " (" << worst_name << ")";
+  std::printf("%s: max relative weight difference after 20 steps %.2e (%s)\n", what.c_str(), worst, worst_name.c_str());
+}
 
 }  // namespace mm::test

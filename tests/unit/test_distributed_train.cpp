@@ -119,7 +119,8 @@ TEST(DistributedTrain, MeshThatDoesNotFitTheWorldIsAClearError) {
   const std::string cfg = text_config(dir);
   auto r = run_command(mm::test::mm_launch(2) + mm::test::mm_binary() + " train " + cfg +
                        " parallel.data_parallel_replicate_size=3 training.train_iters=1");
-  EXPECT_NE(r.output.find("config: parallel.data_parallel_replicate_size 3 x context_parallel_size 1 x "
+  EXPECT_NE(r.output.find("config: parallel.pipeline_parallel_size 1 x data_parallel_replicate_size 3 x "
+                          "context_parallel_size 1 x "
                           "tensor_parallel_size 1 = 3 does not divide the world size 2"),
             std::string::npos)
       << r.output;
