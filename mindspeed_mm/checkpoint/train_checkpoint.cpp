@@ -61,7 +61,7 @@ std::string rank_file(const char* kind, int rank, const char* ext) {
 }
 
 // A rank's pieces as 1-D tensors; where each came from travels in the file's metadata.
-void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries) {
+void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries, const RankCheckpoint& mine) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   nlohmann::json placement = nlohmann::json::object();
   for (const ShardEntry& e : entries) {
@@ -75,7 +75,10 @@ void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries) 
       placement[e.name]["box"] = e.box.sizes;
     }
   }
-  st::save_safetensors(path.string(), tensors, {{"mm_placement", placement.dump()}});
+  std::map<std::string, std::string> meta = {{"mm_placement", placement.dump()}};
+  if (!mine.placement.is_null()) meta["mm_rank_placement"] = mine.placement.dump();
+  if (!mine.mesh.is_null()) meta["mm_mesh"] = mine.mesh.dump();
+  st::save_safetensors(path.string(), tensors, meta);
 }
 
 // metadata.json from every rank's piece files: global shapes, dtypes and the placement of each piece.
@@ -90,6 +93,11 @@ nlohmann::json collect_metadata(const fs::path& dir, int world) {
       auto it = reader.metadata().find("mm_placement");
       if (it == reader.metadata().end()) throw Error(cat("checkpoint: ", (dir / name).string(), " has no placement metadata"));
       const nlohmann::json placement = nlohmann::json::parse(it->second);
+      nlohmann::json rank_placement;
+      if (auto p = reader.metadata().find("mm_rank_placement"); p != reader.metadata().end())
+        rank_placement = nlohmann::json::parse(p->second);
+      if (auto m = reader.metadata().find("mm_mesh"); m != reader.metadata().end() && !meta.contains("mesh"))
+        meta["mesh"] = nlohmann::json::parse(m->second);
       for (auto& [t, where] : placement.items()) {
         nlohmann::json& e = out[t];
         e["shape"] = where["shape"];
@@ -97,6 +105,7 @@ nlohmann::json collect_metadata(const fs::path& dir, int world) {
         nlohmann::json piece = {{"file", name}, {"begin", where["begin"]}, {"end", where["end"]}};
         for (const char* k : {"view", "offset", "box"})
           if (where.contains(k)) piece[k] = where[k];
+        if (!rank_placement.is_null()) piece["placement"] = rank_placement;
         e["shards"].push_back(std::move(piece));
       }
     }
@@ -122,8 +131,8 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
 
   // Every rank: its own files.
   if (mine.sharded) {
-    write_pieces(tmp_dir / rank_file("model", rank, "safetensors"), mine.model_shards);
-    write_pieces(tmp_dir / rank_file("optimizer", rank, "safetensors"), mine.optimizer_shards);
+    write_pieces(tmp_dir / rank_file("model", rank, "safetensors"), mine.model_shards, mine);
+    write_pieces(tmp_dir / rank_file("optimizer", rank, "safetensors"), mine.optimizer_shards, mine);
   } else if (rank == 0) {
     MM_CHECK(mine.model, "checkpoint: rank 0 of an unsharded save needs the model");
     // Streamed: one tensor at a time comes to the host while the file is written.

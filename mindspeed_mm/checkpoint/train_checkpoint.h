@@ -75,6 +75,9 @@ struct RankCheckpoint {
   // the world); a rank that repeats another's (a tensor-parallel peer) sets writes_loader false.
   int loader_rank = -1, loader_world = -1;
   bool writes_loader = true;
+  // Where this rank sits in the mesh ({"pp": 1, "dp": 0, "cp": 0, "tp": 1}) and the mesh's sizes:
+  // recorded with each of its pieces in metadata.json (informational; loading goes by boxes).
+  nlohmann::json placement, mesh;
 };
 
 // Every rank calls this with its part (rank of world data-parallel ranks; barrier synchronises

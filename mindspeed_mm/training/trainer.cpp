@@ -288,6 +288,9 @@ double Run::validate(const std::string& when, bool with_baseline) {
 void Run::save() {
   checkpoint::RankCheckpoint part = dp_->checkpoint_part(*optimizer_);
   part.loader_state = batches_->state();
+  const parallel::MeshShape& m = par_.shape();
+  part.placement = {{"pp", par_.pp_rank()}, {"dp", par_.dp_rank()}, {"cp", 0}, {"tp", par_.tp_rank()}};
+  part.mesh = {{"pp", m.pp}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard}, {"cp", m.cp}, {"tp", m.tp}};
   if (device_.is_cuda()) state_.device_rng = {"cuda", at::globalContext().defaultGenerator(device_).get_state()};
   std::string dir = checkpoint::save_checkpoint(tc_.save_dir, state_, model_->hf_config(), part, par_.env().rank,
                                                 par_.env().world_size, [&] { par_.barrier(); });
