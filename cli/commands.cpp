@@ -15,6 +15,7 @@
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/config/megatron_flags.h"
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/torch_compat.h"
 #include "mindspeed_mm/data/dataset_registry.h"
@@ -52,6 +53,14 @@ struct BenchArgs {
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// "--tensor-model-parallel-size N (parallel.tensor_parallel_size), ..."
+std::string megatron_flag_help() {
+  std::string s;
+  for (const auto& f : config::megatron_flags())
+    s += cat(s.empty() ? "" : ", ", f.flag, f.fixed ? "" : " N", " (", f.key, f.fixed ? cat("=", f.fixed) : "", ")");
   return s;
 }
 
@@ -110,6 +119,8 @@ void add_train_command(CLI::App& app) {
       "  mm train examples/qwen2/tiny_fortunes.yaml\n"
       "  mm train examples/qwen2/tiny_fortunes.yaml training.train_iters=50 training.precision=bf16\n"
       "  mm train examples/qwen2/tiny_fortunes.yaml --print-config\n"
+      "  mm launch --nproc-per-node 4 -- mm train CONFIG --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2\n"
+      "Megatron-LM flags are accepted as overrides: " + megatron_flag_help() + "\n"
       "Exit codes: 0 done, 1 runtime error (data, checkpoint), 2 configuration error.");
   actions()[c] = [] {
     config::Config cfg = config::load_config(train_args.config, train_args.overrides);

@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "mindspeed_mm/config/megatron_flags.h"
 #include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/errors.h"
 
@@ -28,7 +30,20 @@ int main(int argc, char** argv) {
   mm::cli::add_flops_command(app);
   mm::cli::add_launch_command(app);
   try {
-    app.parse(argc, argv);
+    // `mm train` and `mm flops` take Megatron's flags (--tensor-model-parallel-size 2 ...) as
+    // overrides: rewritten to key=value before parsing; a misspelt flag gets a did-you-mean.
+    std::vector<std::string> args(argv, argv + argc);
+    if (argc > 1 && (args[1] == "train" || args[1] == "flops")) {
+      std::vector<std::string> own = {"--help"};
+      for (const CLI::Option* o : app.get_subcommand(args[1])->get_options())
+        for (const std::string& n : o->get_lnames()) own.push_back("--" + n);
+      std::vector<std::string> rest = mm::config::translate_megatron_flags({args.begin() + 2, args.end()}, own);
+      args.resize(2);
+      args.insert(args.end(), rest.begin(), rest.end());
+    }
+    std::vector<char*> av;
+    for (std::string& a : args) av.push_back(a.data());
+    app.parse(static_cast<int>(av.size()), av.data());
     return mm::cli::run_selected(app);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

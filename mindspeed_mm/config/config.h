@@ -42,6 +42,9 @@ struct ParallelConfig {
   // training.gradient_accumulation_steps.
   int64_t pipeline_parallel_size = 1;
   int64_t virtual_pipeline_size = 1;
+  // Megatron's --num-layers-per-virtual-pipeline-stage: when > 0, virtual_pipeline_size is the
+  // language model's layers / (pipeline_parallel_size x this).
+  int64_t num_layers_per_virtual_pipeline_stage = 0;
   nlohmann::json pipeline_num_layers = nlohmann::json::object();
   double timeout_s = 600;                  // a collective that takes longer fails, naming the absent ranks
   double ddp_bucket_cap_mb = 25;           // DDP gradient buckets
@@ -59,6 +62,7 @@ struct ParallelConfig {
     io("tensor_parallel_size", tensor_parallel_size, ge(1));
     io("pipeline_parallel_size", pipeline_parallel_size, ge(1));
     io("virtual_pipeline_size", virtual_pipeline_size, ge(1));
+    io("num_layers_per_virtual_pipeline_stage", num_layers_per_virtual_pipeline_stage, ge(0));
     io("pipeline_num_layers", pipeline_num_layers);
     io("timeout_s", timeout_s, gt(0));
     io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
@@ -249,6 +253,9 @@ struct TrainingConfig {
   int64_t train_iters = 100;
   int64_t micro_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;
+  // Megatron's --global-batch-size: when > 0, gradient_accumulation_steps is this /
+  // (micro_batch_size x data-parallel size), which must divide it.
+  int64_t global_batch_size = 0;
   OptimizerConfig optimizer;
   LRScheduleConfig lr_schedule;
   double clip_grad = 1.0;                  // 0 = off
@@ -276,6 +283,7 @@ struct TrainingConfig {
     io("train_iters", train_iters, ge(0));
     io("micro_batch_size", micro_batch_size, ge(1));
     io("gradient_accumulation_steps", gradient_accumulation_steps, ge(1));
+    io("global_batch_size", global_batch_size, ge(0));
     io.section("optimizer", optimizer);
     io.section("lr_schedule", lr_schedule);
     io("clip_grad", clip_grad, ge(0));

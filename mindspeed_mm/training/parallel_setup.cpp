@@ -29,6 +29,22 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
   return s;
 }
 
+config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int dp_size) {
+  config::TrainingConfig out = t;
+  if (t.global_batch_size == 0) return out;
+  const int64_t per_step = t.micro_batch_size * dp_size;
+  if (t.global_batch_size % per_step != 0)
+    throw ConfigError(cat("config: training.global_batch_size ", t.global_batch_size, " is not a multiple of micro_batch_size ",
+                          t.micro_batch_size, " x data-parallel size ", dp_size, " = ", per_step));
+  out.gradient_accumulation_steps = t.global_batch_size / per_step;
+  if (t.gradient_accumulation_steps != 1 && t.gradient_accumulation_steps != out.gradient_accumulation_steps)
+    throw ConfigError(cat("config: training.global_batch_size ", t.global_batch_size, " = micro_batch_size ", t.micro_batch_size,
+                          " x data-parallel size ", dp_size, " x ", out.gradient_accumulation_steps,
+                          " micro-batches, but training.gradient_accumulation_steps is ", t.gradient_accumulation_steps,
+                          " (set one of them)"));
+  return out;
+}
+
 TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device)
     : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
   if (shape_.cp > 1) throw ConfigError("config: parallel.context_parallel_size other than 1 is not built yet");

@@ -16,6 +16,12 @@ namespace mm::training {
 // ConfigError when they do not multiply to the world size, naming every size.
 parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int world_size);
 
+// training.global_batch_size (Megatron's --global-batch-size) turned into
+// gradient_accumulation_steps for `dp_size` data-parallel ranks; the training section unchanged
+// when it is 0. ConfigError when micro_batch_size x dp_size does not divide it, or when
+// gradient_accumulation_steps is set (not 1) to something else.
+config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int dp_size);
+
 class TrainParallel {
  public:
   // Joins the world group when env has more than one rank (collectives time out after

@@ -45,7 +45,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
       throw ConfigError("config: parallel.pipeline_parallel_size > 1 with FSDP (data_parallel_shard_size > 1) is not "
                         "built yet: use DDP or ZeRO-1 (data_parallel_replicate_size, distributed_optimizer)");
     pipeline = make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp_size(),
-                                    static_cast<int>(cfg.parallel.virtual_pipeline_size));
+                                    resolve_virtual_pipeline_size(model, cfg.parallel));
     at::NoGradGuard no_grad;
     int64_t kept = 0;
     for (auto& [name, p] : model.named_parameters()) {
@@ -58,8 +58,8 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
       t.requires_grad_(false);
       mm::nn::reshape_deferred(t, {0});
     }
-    log::info("plan: pipeline over ", mesh.pp_size(), " stages", cfg.parallel.virtual_pipeline_size > 1
-              ? cat(" x ", cfg.parallel.virtual_pipeline_size, " virtual chunks (interleaved 1F1B)") : " (1F1B)",
+    log::info("plan: pipeline over ", mesh.pp_size(), " stages", pipeline->virtual_chunks > 1
+              ? cat(" x ", pipeline->virtual_chunks, " virtual chunks (interleaved 1F1B)") : " (1F1B)",
               ": ", pipeline->describe(), "; this stage holds ", kept, " parameter tensors");
   }
   // Without FSDP each parameter gets its storage, at its (tensor-parallel) shape, before DDP

@@ -135,6 +135,27 @@ std::string PipelineLayout::describe() const {
   return out;
 }
 
+int resolve_virtual_pipeline_size(const models::Model& model, const config::ParallelConfig& p) {
+  const int64_t n = p.num_layers_per_virtual_pipeline_stage;
+  if (n == 0) return static_cast<int>(p.virtual_pipeline_size);
+  const auto subs = model.pipeline_submodules();
+  if (subs.empty())
+    throw ConfigError(cat("config: parallel.num_layers_per_virtual_pipeline_stage: model ", model.type_name(),
+                          " has no pipeline pieces"));
+  const auto& lm = subs.back();
+  const int64_t per_stage = p.pipeline_parallel_size * n;
+  if (lm.num_layers % per_stage != 0)
+    throw ConfigError(cat("config: parallel.num_layers_per_virtual_pipeline_stage ", n, ": ", lm.name, "'s ", lm.num_layers,
+                          " layers are not a multiple of pipeline_parallel_size ", p.pipeline_parallel_size, " x ", n,
+                          " = ", per_stage));
+  const int64_t vp = lm.num_layers / per_stage;
+  if (p.virtual_pipeline_size != 1 && p.virtual_pipeline_size != vp)
+    throw ConfigError(cat("config: parallel.num_layers_per_virtual_pipeline_stage ", n, " makes ", vp,
+                          " virtual chunks (", lm.num_layers, " ", lm.name, " layers / ", per_stage,
+                          "), but virtual_pipeline_size is ", p.virtual_pipeline_size, " (set one of them)"));
+  return static_cast<int>(vp);
+}
+
 PipelineLayout make_pipeline_layout(const models::Model& model, const nlohmann::json& num_layers, int pp, int vp) {
   PipelineLayout l;
   l.stages = pp;

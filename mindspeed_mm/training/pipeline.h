@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/models/model.h"
 #include "mindspeed_mm/parallel/communicator.h"
 #include "mindspeed_mm/training/objectives/objective.h"
@@ -55,6 +56,11 @@ struct PipelineLayout {
 // not have or one left out, lists of the wrong length or shape, counts that do not sum to a
 // submodule's layers, a submodule placed before an earlier one, and interleaving with fewer
 // layers than chunks.
+// parallel.virtual_pipeline_size, or with num_layers_per_virtual_pipeline_stage N > 0 the
+// language model's (the last submodule's) layers / (pipeline_parallel_size x N); ConfigError
+// when that does not divide or disagrees with a virtual_pipeline_size also given.
+int resolve_virtual_pipeline_size(const models::Model& model, const config::ParallelConfig& p);
+
 PipelineLayout make_pipeline_layout(const models::Model& model, const nlohmann::json& num_layers, int pp, int vp);
 
 // One step's order of work on a stage: forward or backward of micro-batch `micro` through model

@@ -118,15 +118,15 @@ Run::Run(const config::Config& cfg)
     int in_flight = 0;
     for (int s = 0; s < par_.pp_size(); ++s)
       in_flight = std::max(in_flight, max_in_flight(pipeline_schedule(s, par_.pp_size(), m,
-                                                                      static_cast<int>(cfg.parallel.virtual_pipeline_size))));
+                                                                      dp_->pipeline_layout()->virtual_chunks)));
     double bubble = 0;
-    print_schedule(par_.pp_size(), m, static_cast<int>(cfg.parallel.virtual_pipeline_size), &bubble);
+    print_schedule(par_.pp_size(), m, dp_->pipeline_layout()->virtual_chunks, &bubble);
     log::info("pipeline: ", m, " micro-batches per step; at most ", in_flight,
               " micro-batch activations in flight on a stage; schedule bubble ", fixed(100 * bubble, 1),
               "% (tools.print_schedule shows the timeline)");
     if (cfg.tools.print_schedule)
       log::info("pipeline schedule of one step:\n",
-                print_schedule(par_.pp_size(), m, static_cast<int>(cfg.parallel.virtual_pipeline_size)));
+                print_schedule(par_.pp_size(), m, dp_->pipeline_layout()->virtual_chunks));
   }
   // The fields the model and the objective need must be ones the dataset produces.
   std::vector<std::string> needed = model_->required_fields();
@@ -331,7 +331,12 @@ void Run::finish(TrainSummary& summary) {
 
 }  // namespace
 
-TrainSummary train(const config::Config& cfg) {
+TrainSummary train(const config::Config& given) {
+  config::Config cfg = given;
+  if (given.training.global_batch_size > 0) {
+    const parallel::MeshShape mesh = resolve_mesh_shape(given.parallel, parallel::DistEnv::from_environment().world_size);
+    cfg.training = resolve_global_batch(given.training, mesh.dp_replicate * mesh.dp_shard);
+  }
   Run run(cfg);
   TrainSummary summary;
   if (run.has_validation()) summary.val_loss_before = run.validate("before training", /*with_baseline=*/true);

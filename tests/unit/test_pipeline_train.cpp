@@ -86,6 +86,16 @@ TEST(PipelineTrain, Qwen2TextLayoutsEqualOneProcess) {
   const TrainRun pp_tied = train(cfg, 2, dir + "/pp_tied.jsonl",
                                  "parallel.pipeline_parallel_size=2 training.micro_batch_size=2" + base + tied);
   expect_same_run(one_tied, pp_tied, "qwen2 text, tied embeddings (first and last stage), PP2");
+  // Megatron's flags: TP2 x PP2 interleaved (8 layers / (2 stages x 2 per virtual stage) = 2
+  // chunks) with SP; the global batch of 8 in micro-batches of 2 makes the 4 micro-batches.
+  const TrainRun megatron = train(cfg, 4, dir + "/megatron.jsonl",
+                                  "--tensor-model-parallel-size 2 --pipeline-model-parallel-size=2 --sequence-parallel "
+                                  "--num-layers-per-virtual-pipeline-stage 2 --micro-batch-size 2 --global-batch-size 8 "
+                                  "model.config.num_hidden_layers=8");
+  expect_same_run(one, megatron, "qwen2 text, Megatron flags (TP2 x PP2 x 2 virtual + SP)");
+  EXPECT_NE(megatron.output.find("plan: pipeline over 2 stages x 2 virtual chunks (interleaved 1F1B)"), std::string::npos)
+      << megatron.output;
+  EXPECT_NE(megatron.output.find("pipeline: 4 micro-batches per step"), std::string::npos) << megatron.output;
 }
 
 TEST(PipelineTrain, Qwen2VlLayoutsEqualOneProcess) {
@@ -125,6 +135,15 @@ TEST(PipelineTrain, BadLayoutsAreClearErrors) {
           "training.gradient_accumulation_steps=3",
        "must be a multiple of pipeline_parallel_size 2"},
       {4, "parallel.pipeline_parallel_size=2", "with FSDP (data_parallel_shard_size > 1) is not built yet"},
+      {2, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 model.config.num_hidden_layers=8",
+       "parallel.num_layers_per_virtual_pipeline_stage 3: text's 8 layers are not a multiple of pipeline_parallel_size 2 x 3 = 6"},
+      {2, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 parallel.virtual_pipeline_size=4 "
+          "model.config.num_hidden_layers=8",
+       "makes 2 virtual chunks (8 text layers / 4), but virtual_pipeline_size is 4 (set one of them)"},
+      {2, "--pipeline-model-parallel-size 2 --global-batch-size 6 --micro-batch-size 4",
+       "training.global_batch_size 6 is not a multiple of micro_batch_size 4 x data-parallel size 1 = 4"},
+      {2, "--pipeline-modle-parallel-size 2", "unknown flag '--pipeline-modle-parallel-size' on the command line, did you "
+                                              "mean '--pipeline-model-parallel-size'?"},
   };
   for (const Case& c : cases) {
     const std::string cmd = mm_launch(c.ranks) + mm_binary() + " train " + cfg + " " + c.overrides;
