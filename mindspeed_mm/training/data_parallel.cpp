@@ -291,12 +291,12 @@ TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
   TrainMemory m;
   int64_t full = 0, trainable_full = 0, updated = 0;
   int64_t local = 0;
-  for (auto& p : model_.parameters()) {
+  for (auto& [name, p] : model_.named_parameters()) {
     int64_t whole = 1;
     for (int64_t d : mm::nn::full_shape(p)) whole *= d;
     full += whole;
     local += p.numel();
-    if (p.requires_grad()) trainable_full += whole;
+    if (p.requires_grad() || (pipeline_ && pipeline_->trainable.count(name))) trainable_full += whole;
     if (!fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   }
   for (auto& g : optimizer.groups())

@@ -72,6 +72,17 @@ std::vector<double> TrainParallel::dp_sum(std::vector<double> values) const {
   return values;
 }
 
+std::vector<std::vector<double>> TrainParallel::world_gather(const std::vector<double>& values) const {
+  if (!world_ || world_->size() == 1) return {values};
+  const at::Tensor all = world_->all_gather(at::tensor(values, at::kDouble)).contiguous();
+  std::vector<std::vector<double>> out(static_cast<size_t>(all.size(0)));
+  for (int64_t r = 0; r < all.size(0); ++r) {
+    const double* d = all[r].data_ptr<double>();
+    out[static_cast<size_t>(r)].assign(d, d + all.size(1));
+  }
+  return out;
+}
+
 void TrainParallel::barrier() const {
   if (world_) world_->barrier();
 }

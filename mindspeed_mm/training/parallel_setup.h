@@ -48,6 +48,8 @@ class TrainParallel {
 
   // Sums of the values over the data-parallel ranks (the values themselves in a world of 1).
   std::vector<double> dp_sum(std::vector<double> values) const;
+  // Every rank's values (the same count on each), by world rank.
+  std::vector<std::vector<double>> world_gather(const std::vector<double>& values) const;
   void barrier() const;
 
  private:

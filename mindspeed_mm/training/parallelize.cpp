@@ -48,6 +48,8 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
                                     resolve_virtual_pipeline_size(model, cfg.parallel));
     at::NoGradGuard no_grad;
     int64_t kept = 0;
+    for (auto& [name, p] : model.named_parameters())
+      if (p.requires_grad()) pipeline->trainable.insert(name);
     for (auto& [name, p] : model.named_parameters()) {
       if (pipeline->held_by(name, mesh.pp_rank())) {
         ++kept;

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct PipelineLayout {
   std::vector<models::PipelineSubmodule> submodules;
   std::vector<std::vector<PipelinePiece>> chunks;  // [chunk] in forward order; chunk c on stage c % stages
   std::map<std::string, std::vector<int>> owners;  // parameter -> the chunks that use it (tied: two)
+  // The parameters that train, recorded before each stage released the ones it does not hold
+  // (those stop requiring gradients there), for counting one process's memory.
+  std::set<std::string> trainable;
 
   int num_chunks() const { return static_cast<int>(chunks.size()); }
   int stage_of(int chunk) const { return chunk % stages; }

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -232,12 +233,33 @@ void Run::step() {
     // Parameters + gradients + optimizer state held here, against one process alone.
     env.before_update = [&] {
       const TrainMemory mem = dp_->memory(*optimizer_);
+      // Every rank's, since pipeline stages and uneven shards differ (a collective: all ranks).
+      const auto all = par_.world_gather({static_cast<double>(mem.params), static_cast<double>(mem.grads),
+                                          static_cast<double>(mem.optimizer)});
+      std::vector<int64_t> totals;
+      for (const auto& v : all) totals.push_back(static_cast<int64_t>(v[0] + v[1] + v[2]));
+      std::string spread;
+      if (totals.size() > 1) {
+        const auto [lo, hi] = std::minmax_element(totals.begin(), totals.end());
+        spread = cat("; ranks from ", mib(*lo), " MiB (rank ", lo - totals.begin(), ") to ", mib(*hi), " MiB (rank ",
+                     hi - totals.begin(), ")");
+      }
+      if (par_.pp_size() > 1) {
+        std::vector<int64_t> stage(static_cast<size_t>(par_.pp_size()), 0);
+        for (size_t r = 0; r < totals.size(); ++r) {
+          auto& m = stage[static_cast<size_t>(par_.state()->mesh().coords(static_cast<int>(r))[4])];
+          m = std::max(m, totals[r]);
+        }
+        spread += "; largest rank by stage:";
+        for (size_t i = 0; i < stage.size(); ++i) spread += cat(i ? ", " : " ", i, ": ", mib(stage[i]), " MiB");
+      }
       progress_->event(cat("memory per rank: parameters ", mib(mem.params), " MiB + gradients ", mib(mem.grads),
                            " MiB + optimizer state ", mib(mem.optimizer), " MiB = ", mib(mem.total()),
-                           " MiB; one process: ", mib(mem.one_process), " MiB (",
-                           fixed(100.0 * mem.total() / std::max<int64_t>(1, mem.one_process), 1), "%)"),
+                           " MiB on rank 0; one process: ", mib(mem.one_process), " MiB (",
+                           fixed(100.0 * mem.total() / std::max<int64_t>(1, mem.one_process), 1), "%)", spread),
                        {{"iter", state_.iteration + 1},
                         {"memory_bytes", mem.total()},
+                        {"memory_bytes_per_rank", totals},
                         {"memory_bytes_one_process", mem.one_process},
                         {"optimizer_bytes", mem.optimizer},
                         {"optimizer_bytes_one_process", mem.optimizer_one_process}});

@@ -70,6 +70,8 @@ struct TrainRun {
   std::vector<double> val_losses;
   double memory_fraction = 0;     // parameter + gradient + optimizer bytes per rank / one process's
   double optimizer_fraction = 0;  // optimizer state bytes alone
+  double memory_one_process = 0;  // one process's parameter + gradient + optimizer bytes
+  std::vector<double> memory_per_rank;  // every rank's, by world rank
   std::string output;
 };
 
@@ -92,6 +94,8 @@ inline TrainRun train(const std::string& cfg, int ranks, const std::string& metr
     {
       out.memory_fraction = j["memory_bytes"].get<double>() / j["memory_bytes_one_process"].get<double>();
       out.optimizer_fraction = j["optimizer_bytes"].get<double>() / j["optimizer_bytes_one_process"].get<double>();
+      out.memory_one_process = j["memory_bytes_one_process"].get<double>();
+      if (j.contains("memory_bytes_per_rank")) out.memory_per_rank = j["memory_bytes_per_rank"].get<std::vector<double>>();
     }
   }
   return out;

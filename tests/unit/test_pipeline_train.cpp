@@ -75,7 +75,20 @@ TEST(PipelineTrain, Qwen2TextLayoutsEqualOneProcess) {
     expect_same_weights(dir + "/one_hf", hf, l.name.find("TP2") == std::string::npos ? 1e-5 : 5e-5,
                         "qwen2 text, " + l.name);
     EXPECT_NE(run.output.find("plan: pipeline over"), std::string::npos) << run.output;
+    // Memory at start: every rank's parameter + gradient + optimizer bytes; without tensor
+    // parallelism (which replicates the norms) or data parallelism, the stages' add up to one
+    // process's exactly.
+    ASSERT_EQ(run.memory_per_rank.size(), static_cast<size_t>(l.ranks)) << run.output;
+    double sum = 0;
+    for (double b : run.memory_per_rank) sum += b;
+    if (l.name.rfind("PP", 0) == 0) EXPECT_EQ(sum, run.memory_one_process) << l.name;
+    EXPECT_NE(run.output.find("largest rank by stage: 0: "), std::string::npos) << run.output;
+    // 1F1B keeps at most as many micro-batches in flight as there are stages (here 2 of 4).
+    if (l.name == "PP2 1F1B")
+      EXPECT_NE(run.output.find("pipeline: 4 micro-batches per step; at most 2 micro-batch activations in flight"),
+                std::string::npos) << run.output;
   }
+
   // The pipeline on top of TP2+SP is bitwise TP2+SP.
   train(cfg, 2, dir + "/tp.jsonl",
         "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true training.micro_batch_size=2" + base +
