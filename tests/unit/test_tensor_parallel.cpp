@@ -10,6 +10,7 @@
 #include "mindspeed_mm/parallel/communicator.h"
 #include "mindspeed_mm/parallel/tensor_parallel.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
+#include "mindspeed_mm/data/batch.h"
 #include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/training/tensor_parallel_plan.h"
 
@@ -161,6 +162,78 @@ TEST(DistWorker, TensorParallelQwen2) {
     }
 }
 
+// The tiny Qwen2-VL under its whole plan (vision blocks' fused qkv and MLPs, the merger, the
+// language model, vocabulary-parallel embedding and head), with and without sequence parallelism:
+// one process's loss and every gradient, in float64, on a batch of two rows with an image each.
+TEST(DistWorker, TensorParallelQwen2VL) {
+  if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
+  auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
+  const int n = tp->size(), r = tp->rank();
+  const nlohmann::json cfg = nlohmann::json::parse(R"({
+    "vocab_size": 264, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0, "tie_word_embeddings": false,
+    "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},
+    "image_token_id": 261, "video_token_id": 262, "vision_start_token_id": 259, "vision_end_token_id": 260,
+    "vision_config": {"depth": 2, "embed_dim": 32, "num_heads": 2, "mlp_ratio": 2, "patch_size": 14}
+  })");
+  auto make = [&] {
+    auto m = mm::models::as_causal_lm(mm::models::model_registry().get("qwen2_vl")(cfg, "tp test", true), "tp test");
+    m->init_weights(7);
+    m->to(at::kDouble);
+    return m;
+  };
+  // Each row: 3 text tokens, vision start, 4 image pads (a 1x4x4 grid merged 2x2), vision end, 6
+  // text tokens (16: divides by the TP size for sequence parallelism).
+  std::vector<int64_t> row = {'a', 'b', 'c', 259, 261, 261, 261, 261, 260, 'd', 'e', 'f', 'g', 'h', 'i', 'j'};
+  mm::data::Batch batch;
+  batch.set(mm::data::kInputIds, at::tensor(row, at::kLong).view({1, 16}).repeat({2, 1}));
+  batch.set(mm::data::kImageGridThw, at::tensor(std::vector<int64_t>{1, 4, 4, 1, 4, 4}, at::kLong).view({2, 3}), true);
+  batch.set(mm::data::kPixelValues, seeded({32, 3 * 2 * 14 * 14}, 11));
+  at::manual_seed(5);
+  const at::Tensor labels = at::randint(256, {2, 16}, at::kLong);
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "sequence parallel " << sp);
+    auto ref = make(), par = make();
+    const auto table = par->plans();
+    mm::training::TpOptions o;
+    o.sequence_parallel = sp;
+    o.sequence_parallel_blocks = table.sequence_parallel;
+    const auto layout = mm::training::apply_tensor_parallel_plan(*par, table.tensor_parallel, tp, o);
+    EXPECT_TRUE(layout.vocab_parallel_logits);
+    const at::Tensor a = ref->forward(batch)[mm::models::kLogits], b = par->forward(batch)[mm::models::kLogits];
+    ASSERT_EQ(b.size(-1), 264 / n);
+    EXPECT_LT(max_diff(tp_slice(a, -1, r, n), b), 1e-12);
+    auto ce = mm::models::lm_cross_entropy_sum(a, labels);
+    auto [sum, count] = vocab_parallel_cross_entropy_sum(b, labels, tp);
+    EXPECT_LT(std::abs(ce.sum.item<double>() - sum.item<double>()), 1e-10);
+    ce.sum.backward();
+    sum.backward();
+    auto pa = ref->named_parameters(), pb = par->named_parameters();
+    ASSERT_EQ(pa.size(), pb.size());
+    int64_t split = 0, vision_split = 0;
+    for (size_t i = 0; i < pa.size(); ++i) {
+      const std::string& name = pa[i].first;
+      at::Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
+      ASSERT_TRUE(ga.defined() && gb.defined()) << name;
+      if (layout.partial_grads.count(name)) {
+        gb = gb.clone();
+        tp->all_reduce(gb);
+      }
+      at::Tensor want = ga;
+      if (layout.split(name)) {
+        want = layout.local(name, ga);
+        ++split;
+        if (name.rfind("visual.", 0) == 0) ++vision_split;
+      }
+      EXPECT_LT(max_diff(gb, want), 1e-10) << name;
+    }
+    // Per vision block: qkv weight and bias, proj weight, fc1 weight and bias, fc2 weight; the
+    // merger's two linears (weights, first bias).
+    EXPECT_EQ(vision_split, 2 * 6 + 3);
+    EXPECT_GT(split, vision_split);
+  }
+}
+
 TEST(DistWorker, TensorParallelPlanErrors) {
   if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
   auto tp = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(30));
@@ -215,6 +288,10 @@ TEST(TensorParallel, Qwen2PlanEqualsOneProcessOnTwoAndFourRanks) {
   for (int n : {2, 4}) mm::test::expect_all_ranks_passed(mm::test::launch_worker(n, "TensorParallelQwen2"), n);
   auto e = mm::test::launch_worker(4, "TensorParallelPlanErrors");
   mm::test::expect_all_ranks_passed(e, 4);
+}
+
+TEST(TensorParallel, Qwen2VLPlanEqualsOneProcessOnTwoRanks) {
+  mm::test::expect_all_ranks_passed(mm::test::launch_worker(2, "TensorParallelQwen2VL"), 2);
 }
 
 TEST(TensorParallel, VocabParallelCrossEntropyOnTwoAndFourRanks) {
