@@ -5,6 +5,8 @@
 // (training/tensor_parallel_plan.h) gives one process's logits, loss and gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "config_error.h"
 #include "dist_worker.h"
 #include "mindspeed_mm/parallel/communicator.h"
@@ -34,6 +36,34 @@ std::shared_ptr<mm::models::CausalLM> tiny_qwen2(int64_t vocab = 40, int64_t hea
 at::Tensor seeded(at::IntArrayRef shape, uint64_t seed) {
   at::manual_seed(seed);
   return at::randn(shape, at::kDouble);
+}
+
+// Every parameter's gradient under the plan equals one process's (its slice where split, summed
+// over the group where partial), to 1e-10; returns the names of the split ones.
+std::vector<std::string> expect_tp_grads_equal(mm::nn::Module& ref, mm::nn::Module& par,
+                                               const mm::training::TpLayout& layout, Communicator& tp) {
+  auto pa = ref.named_parameters(), pb = par.named_parameters();
+  EXPECT_EQ(pa.size(), pb.size());
+  std::vector<std::string> split;
+  for (size_t i = 0; i < pa.size() && i < pb.size(); ++i) {
+    const std::string& name = pa[i].first;
+    at::Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
+    if (!ga.defined() || !gb.defined()) {
+      ADD_FAILURE() << name << " has no gradient";
+      continue;
+    }
+    if (layout.partial_grads.count(name)) {
+      gb = gb.clone();
+      tp.all_reduce(gb);
+    }
+    at::Tensor want = ga;
+    if (layout.split(name)) {
+      want = layout.local(name, ga);
+      split.push_back(name);
+    }
+    EXPECT_LT(max_diff(gb, want), 1e-10) << name;
+  }
+  return split;
 }
 
 }  // namespace
@@ -135,24 +165,7 @@ TEST(DistWorker, TensorParallelQwen2) {
       EXPECT_LT(std::abs(ce.sum.item<double>() - sum.item<double>()), 1e-10);
       ce.sum.backward();
       sum.backward();
-      auto pa = ref->named_parameters(), pb = par->named_parameters();
-      ASSERT_EQ(pa.size(), pb.size());
-      int64_t split = 0;
-      for (size_t i = 0; i < pa.size(); ++i) {
-        const std::string& name = pa[i].first;
-        at::Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
-        ASSERT_TRUE(ga.defined() && gb.defined()) << name;
-        if (layout.partial_grads.count(name)) {
-          gb = gb.clone();
-          tp->all_reduce(gb);
-        }
-        at::Tensor want = ga;
-        if (layout.split(name)) {
-          want = layout.local(name, ga);
-          ++split;
-        }
-        EXPECT_LT(max_diff(gb, want), 1e-10) << name;
-      }
+      const int64_t split = static_cast<int64_t>(expect_tp_grads_equal(*ref, *par, layout, *tp).size());
       // Per layer: q weight and bias, o, gate, up, down, and k/v weights and biases when the heads
       // divide; the embedding (tied: also the head) and the head.
       const int64_t kv = n == 2 ? 4 : 0;
@@ -208,25 +221,10 @@ TEST(DistWorker, TensorParallelQwen2VL) {
     EXPECT_LT(std::abs(ce.sum.item<double>() - sum.item<double>()), 1e-10);
     ce.sum.backward();
     sum.backward();
-    auto pa = ref->named_parameters(), pb = par->named_parameters();
-    ASSERT_EQ(pa.size(), pb.size());
-    int64_t split = 0, vision_split = 0;
-    for (size_t i = 0; i < pa.size(); ++i) {
-      const std::string& name = pa[i].first;
-      at::Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
-      ASSERT_TRUE(ga.defined() && gb.defined()) << name;
-      if (layout.partial_grads.count(name)) {
-        gb = gb.clone();
-        tp->all_reduce(gb);
-      }
-      at::Tensor want = ga;
-      if (layout.split(name)) {
-        want = layout.local(name, ga);
-        ++split;
-        if (name.rfind("visual.", 0) == 0) ++vision_split;
-      }
-      EXPECT_LT(max_diff(gb, want), 1e-10) << name;
-    }
+    const auto split_names = expect_tp_grads_equal(*ref, *par, layout, *tp);
+    const int64_t split = static_cast<int64_t>(split_names.size());
+    const int64_t vision_split = std::count_if(split_names.begin(), split_names.end(),
+                                               [](const std::string& n) { return n.rfind("visual.", 0) == 0; });
     // Per vision block: qkv weight and bias, proj weight, fc1 weight and bias, fc2 weight; the
     // merger's two linears (weights, first bias).
     EXPECT_EQ(vision_split, 2 * 6 + 3);
