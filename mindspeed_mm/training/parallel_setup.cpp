@@ -1,5 +1,7 @@
 #include "mindspeed_mm/training/parallel_setup.h"
 
+#include <algorithm>
+
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 
@@ -45,18 +47,25 @@ config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int
   return out;
 }
 
-TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device)
+TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device,
+                             const std::function<void(const TrainParallel&)>& before_join)
     : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
   if (shape_.cp > 1) throw ConfigError("config: parallel.context_parallel_size other than 1 is not built yet");
   if (p.sequence_parallel && shape_.tp == 1)
     throw ConfigError("config: parallel.sequence_parallel needs parallel.tensor_parallel_size > 1 (it shards the "
                       "sequence over the tensor-parallel ranks)");
+  if (env_.distributed()) {
+    const std::vector<int> dp = parallel::DeviceMesh(shape_, env_.world_size).group(parallel::MeshDim::kDp, env_.rank);
+    dp_rank_ = static_cast<int>(std::find(dp.begin(), dp.end(), env_.rank) - dp.begin());
+  }
+  if (before_join) before_join(*this);
   if (!env_.distributed()) return;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
   world_ = parallel::Communicator::create(env_, timeout, device);
   state_ = std::make_unique<parallel::ParallelState>(world_, shape_);
   dp_ = state_->shared_group(parallel::MeshDim::kDp);
-  dp_rank_ = dp_->rank();
+  MM_CHECK(dp_->rank() == dp_rank_, "distributed: rank ", env_.rank, "'s data-parallel rank ", dp_->rank(),
+           " is not its mesh coordinate ", dp_rank_);
   if (shape_.tp > 1) tp_ = state_->shared_group(parallel::MeshDim::kTp);
   if (shape_.pp > 1) pp_ = state_->shared_group(parallel::MeshDim::kPp);
   log::info("distributed: rank ", env_.rank, " of ", env_.world_size, " (", env_.source, "), mesh pp ", shape_.pp, " x dp_replicate ",

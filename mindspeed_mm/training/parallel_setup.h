@@ -4,6 +4,7 @@
 // One process without a launcher is a world of 1 and builds no process group.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "mindspeed_mm/config/config.h"
@@ -27,7 +28,11 @@ class TrainParallel {
   // Joins the world group when env has more than one rank (collectives time out after
   // p.timeout_s) and builds the mesh's groups: Gloo for CPU tensors, and on a CUDA device NCCL
   // for CUDA tensors as well.
-  TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device = at::kCPU);
+  // before_join runs once the mesh's sizes are checked and this rank's coordinates known
+  // (shape(), dp_rank(), tp_size(), pp_size() answer; the groups are still null): what can fail
+  // on the config (the data, the model's fit to the layout) fails there, before the ranks connect.
+  TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device = at::kCPU,
+                const std::function<void(const TrainParallel&)>& before_join = {});
 
   const parallel::DistEnv& env() const { return env_; }
   const parallel::MeshShape& shape() const { return shape_; }
@@ -35,7 +40,7 @@ class TrainParallel {
   int dp_rank() const { return dp_rank_; }
   int dp_size() const { return shape_.dp_replicate * shape_.dp_shard; }
   int tp_size() const { return shape_.tp; }
-  int tp_rank() const { return tp_ ? tp_->rank() : 0; }
+  int tp_rank() const { return tp_ ? tp_->rank() : 0; }  // 0 before the groups exist
   int pp_size() const { return shape_.pp; }
   int pp_rank() const { return pp_ ? pp_->rank() : 0; }
   // The data-parallel group (null in a world of 1) and the mesh's groups (null likewise).

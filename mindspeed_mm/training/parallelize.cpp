@@ -16,8 +16,38 @@
 
 namespace mm::training {
 
+namespace {
+
+TpOptions tp_options(const config::Config& cfg, const models::PlanTable& plans) {
+  TpOptions o;
+  o.sequence_parallel = cfg.parallel.sequence_parallel;
+  o.sequence_parallel_blocks = plans.sequence_parallel;
+  return o;
+}
+
+}  // namespace
+
+void check_parallel_layout(models::Model& model, const config::Config& cfg, const parallel::MeshShape& mesh) {
+  const models::PlanTable plans = model.plans();
+  if (mesh.tp > 1) {
+    if (plans.tensor_parallel.empty())
+      throw ConfigError(cat("config: parallel.tensor_parallel_size ", mesh.tp, ": model ", cfg.model.id,
+                            " has no tensor-parallel plan"));
+    check_tensor_parallel_plan(model, plans.tensor_parallel, mesh.tp, tp_options(cfg, plans));
+  }
+  if (mesh.pp > 1) {
+    if (mesh.dp_shard > 1)
+      throw ConfigError("config: parallel.pipeline_parallel_size > 1 with FSDP (data_parallel_shard_size > 1) is not "
+                        "built yet: use DDP or ZeRO-1 (data_parallel_replicate_size, distributed_optimizer)");
+    const int vp = resolve_virtual_pipeline_size(model, cfg.parallel);
+    make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp, vp);
+    pipeline_schedule(0, mesh.pp, static_cast<int>(cfg.training.gradient_accumulation_steps), vp);  // micro-batch count
+  }
+}
+
 std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const config::Config& cfg,
                                                const TrainParallel& mesh, at::Device device, bool deferred) {
+  check_parallel_layout(model, cfg, mesh.shape());
   // 1. freeze
   if (const int64_t n = freeze_parts(model, cfg.model); n > 0) log::info("plan: froze ", n, " parameter tensors of model.parts");
   if (!cfg.features.freeze.empty())
@@ -26,24 +56,15 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   const models::PlanTable plans = model.plans();
   TpLayout tp;
   if (mesh.tp_size() > 1) {
-    if (plans.tensor_parallel.empty())
-      throw ConfigError(cat("config: parallel.tensor_parallel_size ", mesh.tp_size(), ": model ", cfg.model.id,
-                            " has no tensor-parallel plan"));
-    TpOptions o;
-    o.sequence_parallel = cfg.parallel.sequence_parallel;
-    o.sequence_parallel_blocks = plans.sequence_parallel;
-    tp = apply_tensor_parallel_plan(model, plans.tensor_parallel, mesh.tp(), o);
+    tp = apply_tensor_parallel_plan(model, plans.tensor_parallel, mesh.tp(), tp_options(cfg, plans));
     log::info("plan: tensor parallel over ", mesh.tp_size(), " ranks: ", tp.modules, " modules split",
-              o.sequence_parallel ? ", sequence parallel between the blocks" : "",
+              cfg.parallel.sequence_parallel ? ", sequence parallel between the blocks" : "",
               tp.vocab_parallel_logits ? ", logits left split along the vocabulary" : "");
   }
   // 3. pipeline: this stage keeps only the parameters its chunks use (the others keep their full
   // shape for checkpoints and no storage, and take no gradient).
   std::optional<PipelineLayout> pipeline;
   if (mesh.pp_size() > 1) {
-    if (mesh.shape().dp_shard > 1)
-      throw ConfigError("config: parallel.pipeline_parallel_size > 1 with FSDP (data_parallel_shard_size > 1) is not "
-                        "built yet: use DDP or ZeRO-1 (data_parallel_replicate_size, distributed_optimizer)");
     pipeline = make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp_size(),
                                     resolve_virtual_pipeline_size(model, cfg.parallel));
     at::NoGradGuard no_grad;

@@ -20,6 +20,11 @@
 
 namespace mm::training {
 
+// ConfigError when the mesh does not fit the model: a tensor-parallel plan whose sizes do not
+// divide, pipeline layer lists that do not match the model's layers, too few layers for the
+// virtual stages, FSDP with pipeline stages. Needs no process group: train() runs it first.
+void check_parallel_layout(models::Model& model, const config::Config& cfg, const parallel::MeshShape& mesh);
+
 // deferred: the model was built without parameter storage (build_model(..., deferred = true)).
 // Returns the data-parallel layer the train step runs through.
 std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const config::Config& cfg,

@@ -73,9 +73,11 @@ checkpoint::TensorBox TpLayout::box(const std::string& name) const {
   return b;
 }
 
-TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
-                                    const parallel::TpGroup& tp, const TpOptions& options) {
-  const int n = tp ? tp->size() : 1, r = tp ? tp->rank() : 0;
+namespace {
+
+// check_only: the targets checked for `n` ranks and nothing changed (no group needed).
+TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
+                    const parallel::TpGroup& tp, int n, int r, const TpOptions& options, bool check_only) {
   TpLayout layout;
   layout.size = n;
   layout.rank = r;
@@ -169,7 +171,7 @@ TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std:
   for (size_t i = 0; i < plan.size(); ++i)
     if (!used[i]) throw ConfigError(cat("config: tensor-parallel plan pattern '", plan[i].first, "' matches no module"));
   layout.modules = static_cast<int64_t>(targets.size());
-  if (n == 1) return layout;
+  if (n == 1 || check_only) return layout;
 
   // Keeps this rank's slice of a parameter (split along `dim` of `view`), recorded in the layout.
   auto keep = [&](const std::string& name, at::Tensor& param, std::vector<int64_t> view, int64_t dim) {
@@ -280,6 +282,18 @@ TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std:
     });
   }
   return layout;
+}
+
+}  // namespace
+
+TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
+                                    const parallel::TpGroup& tp, const TpOptions& options) {
+  return apply_plan(root, plan, tp, tp ? tp->size() : 1, tp ? tp->rank() : 0, options, /*check_only=*/false);
+}
+
+void check_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
+                                int size, const TpOptions& options) {
+  apply_plan(root, plan, nullptr, size, 0, options, /*check_only=*/true);
 }
 
 }  // namespace mm::training

@@ -71,5 +71,9 @@ struct TpLayout {
 // by the group size, each naming the module and the sizes.
 TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
                                     const parallel::TpGroup& tp, const TpOptions& options = {});
+// The same checks for a group of `size` ranks, changing nothing: run before any process group
+// exists, so a bad layout fails before the ranks connect.
+void check_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
+                                int size, const TpOptions& options = {});
 
 }  // namespace mm::training

@@ -56,9 +56,9 @@ class Run {
   const config::TrainingConfig& tc_;
   const int64_t start_rss_;
   const at::Device device_;
-  TrainParallel par_;
-  data::TrainData data_;
+  data::TrainData data_;                   // both made in prepare(), before par_ joins the ranks
   std::shared_ptr<models::Model> model_;
+  TrainParallel par_;
   std::unique_ptr<Objective> objective_;
   std::unique_ptr<DataParallelModel> dp_;
   std::unique_ptr<PipelineRunner> pipeline_;
@@ -71,6 +71,12 @@ class Run {
   std::vector<std::string> read_fields_;  // what the model and the objective read
   bool warned_unread_ = false;
 
+  // Before any process group: ids, data, and a model built without storage checked against the
+  // layout, so a bad config fails on every rank alone with one line.
+  void prepare(const TrainParallel& par);
+  bool deferred(const TrainParallel& par) const {
+    return par.shape().dp_shard > 1 || par.shape().tp > 1 || par.shape().pp > 1;
+  }
   void setup_model();
   void resume(const std::string& dir);
   void warn_unread_fields(const data::Batch& b);
@@ -81,35 +87,7 @@ Run::Run(const config::Config& cfg)
       tc_(cfg.training),
       start_rss_(mm::resident_bytes()),  // libtorch and its CUDA libraries alone: the same for any model
       device_(resolve_device(tc_.device, parallel::DistEnv::from_environment().local_rank, "training.device")),
-      par_(cfg.parallel, parallel::DistEnv::from_environment(), device_) {
-  if (tc_.threads > 0) at::set_num_threads(static_cast<int>(tc_.threads));
-  set_current_device(device_);
-  // Ids first, so a typo fails before the data is read.
-  models::model_registry().get(cfg.model.id, "model.id");
-  optimizer_registry().get(tc_.optimizer.id, "training.optimizer.id");
-  lr_schedule_registry().get(tc_.lr_schedule.id, "training.lr_schedule.id");
-  if (tc_.objective != "auto") objective_registry().get(tc_.objective, "training.objective");
-  if (!par_.is_main()) log::set_level(log::Level::kWarn);  // the other ranks stay quiet
-  log::info("device: ", describe_device(device_),
-            par_.env().distributed() ? cat(" (LOCAL_RANK ", par_.env().local_rank, ")") : "");
-
-  // Data: each data-parallel rank reads its own shard of every global batch.
-  data::DataContext data_ctx;
-  data_ctx.micro_batch_size = tc_.micro_batch_size;
-  data_ctx.rank = par_.dp_rank();
-  data_ctx.world = par_.dp_size();
-  config::DataConfig data_cfg = cfg.data;
-  if (cfg.parallel.sequence_parallel) {
-    // Sequence parallelism splits every batch's sequence over the tensor-parallel ranks: padded
-    // batches are padded to a multiple of them, fixed-length rows must be one.
-    const int64_t tp = par_.tp_size();
-    data_cfg.pad_to_multiple_of = std::lcm(data_cfg.pad_to_multiple_of, tp);
-    if (cfg.data.dataset == "text" && cfg.data.seq_len % tp != 0)
-      throw ConfigError(cat("config: parallel.sequence_parallel: data.seq_len ", cfg.data.seq_len,
-                            " does not divide by parallel.tensor_parallel_size ", tp));
-  }
-  data_ = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(data_cfg, data_ctx);
-
+      par_(cfg.parallel, parallel::DistEnv::from_environment(), device_, [this](const TrainParallel& p) { prepare(p); }) {
   setup_model();
   objective_ = make_objective(cfg, *model_);
   if (dp_->tp_layout().vocab_parallel_logits) objective_->set_vocab_parallel(par_.tp());
@@ -168,12 +146,48 @@ Run::Run(const config::Config& cfg)
 // The model is built without parameter storage, then materialised on the device; under FSDP
 // each rank materialises only its shards (parallelize), from the same initialisation or
 // checkpoint, so no rank ever holds the whole model.
+void Run::prepare(const TrainParallel& par) {
+  const config::Config& cfg = cfg_;
+  if (tc_.threads > 0) at::set_num_threads(static_cast<int>(tc_.threads));
+  set_current_device(device_);
+  // Ids first, so a typo fails before the data is read.
+  models::model_registry().get(cfg.model.id, "model.id");
+  optimizer_registry().get(tc_.optimizer.id, "training.optimizer.id");
+  lr_schedule_registry().get(tc_.lr_schedule.id, "training.lr_schedule.id");
+  if (tc_.objective != "auto") objective_registry().get(tc_.objective, "training.objective");
+  if (!par.is_main()) log::set_level(log::Level::kWarn);  // the other ranks stay quiet
+  log::info("device: ", describe_device(device_),
+            par.env().distributed() ? cat(" (LOCAL_RANK ", par.env().local_rank, ")") : "");
+
+  // Data: each data-parallel rank reads its own shard of every global batch.
+  data::DataContext data_ctx;
+  data_ctx.micro_batch_size = tc_.micro_batch_size;
+  data_ctx.rank = par.dp_rank();
+  data_ctx.world = par.dp_size();
+  config::DataConfig data_cfg = cfg.data;
+  if (cfg.parallel.sequence_parallel) {
+    // Sequence parallelism splits every batch's sequence over the tensor-parallel ranks: padded
+    // batches are padded to a multiple of them, fixed-length rows must be one.
+    const int64_t tp = par.tp_size();
+    data_cfg.pad_to_multiple_of = std::lcm(data_cfg.pad_to_multiple_of, tp);
+    if (cfg.data.dataset == "text" && cfg.data.seq_len % tp != 0)
+      throw ConfigError(cat("config: parallel.sequence_parallel: data.seq_len ", cfg.data.seq_len,
+                            " does not divide by parallel.tensor_parallel_size ", tp));
+  }
+  data_ = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(data_cfg, data_ctx);
+  // A model split by the layout is built without storage anyway: build it now and check the fit.
+  if (deferred(par)) {
+    at::manual_seed(static_cast<uint64_t>(tc_.seed));
+    model_ = build_model(cfg_.model, data_, static_cast<uint64_t>(tc_.seed), &cfg_.source_file, /*deferred=*/true, device_);
+    check_parallel_layout(*model_, cfg_, par.shape());
+  }
+}
+
 void Run::setup_model() {
   const auto seed = static_cast<uint64_t>(tc_.seed);
   at::manual_seed(seed);
-  const bool deferred = par_.shape().dp_shard > 1 || par_.shape().tp > 1 || par_.shape().pp > 1;
-  model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, deferred, device_);
-  dp_ = parallelize(*model_, cfg_, par_, device_, deferred);
+  if (!model_) model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, /*deferred=*/false, device_);
+  dp_ = parallelize(*model_, cfg_, par_, device_, deferred(par_));
   int64_t trainable = 0;
   for (auto& p : model_->parameters())
     if (p.requires_grad()) trainable += p.numel();

@@ -146,4 +146,28 @@ inline void expect_same_weights(const std::string& a, const std::string& b, doub
   std::printf("%s: max relative weight difference after 20 steps %.2e (%s)\n", what.c_str(), worst, worst_name.c_str());
 }
 
+// A layout `mm train cfg` must refuse: on `ranks` processes with `overrides`, the error `want`.
+struct BadLayout {
+  int ranks;
+  std::string overrides, want;
+};
+
+// Each case fails with its error on one line, before any process group is built (no rank
+// logs "distributed: rank") and before any step.
+inline void expect_clear_layout_errors(const std::string& cfg, const std::vector<BadLayout>& cases) {
+  for (const BadLayout& c : cases) {
+    const std::string cmd = (c.ranks > 1 ? mm_launch(c.ranks) : std::string()) + mm_binary() + " train " + cfg + " " +
+                            c.overrides;
+    auto r = run_command(cmd);
+    EXPECT_NE(r.exit_code, 0) << cmd;
+    const size_t at = r.output.find(c.want);
+    ASSERT_NE(at, std::string::npos) << cmd << "\n" << r.output;
+    const size_t line = r.output.rfind('\n', at) + 1;  // npos + 1 = 0 on the first line
+    EXPECT_NE(r.output.find("error: ", line), std::string::npos) << cmd << "\n" << r.output;
+    EXPECT_LT(r.output.find("error: ", line), at) << "the error is not on one line: " << cmd << "\n" << r.output;
+    EXPECT_EQ(r.output.find("distributed: rank"), std::string::npos) << "groups built first: " << cmd << "\n" << r.output;
+    EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << cmd << "\n" << r.output;
+  }
+}
+
 }  // namespace mm::test

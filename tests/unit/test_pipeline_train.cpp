@@ -144,11 +144,7 @@ TEST(PipelineTrain, Qwen2VlLayoutsEqualOneProcess) {
 TEST(PipelineTrain, BadLayoutsAreClearErrors) {
   const std::string dir = fresh_dir("pp_train_errors");
   const std::string cfg = text_config(dir);
-  struct Case {
-    int ranks;
-    std::string overrides, want;
-  };
-  const Case cases[] = {
+  expect_clear_layout_errors(cfg, {
       {2, "parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={text: [1, 2]}'",
        "parallel.pipeline_num_layers.text sums to 3 layers, but the model's text has 2"},
       {2, "parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={text: [2]}'",
@@ -170,17 +166,9 @@ TEST(PipelineTrain, BadLayoutsAreClearErrors) {
        "training.global_batch_size 6 is not a multiple of micro_batch_size 4 x data-parallel size 1 = 4"},
       {2, "--pipeline-modle-parallel-size 2", "unknown flag '--pipeline-modle-parallel-size' on the command line, did you "
                                               "mean '--pipeline-model-parallel-size'?"},
-  };
-  for (const Case& c : cases) {
-    const std::string cmd = mm_launch(c.ranks) + mm_binary() + " train " + cfg + " " + c.overrides;
-    auto r = run_command(cmd);
-    EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_NE(r.output.find(c.want), std::string::npos) << cmd << "\n" << r.output;
-    EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << cmd << "\n" << r.output;
-  }
+  });
   // The vision tower after the language model is out of order.
   const std::string vl = vl_config(dir, 6);
-  auto r = run_command(mm_launch(2) + mm_binary() + " train " + vl +
-                       " parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={vision: [0, 2], text: [1, 1]}'");
-  EXPECT_NE(r.output.find("vision layers on stage 1 come after text layers on stage 0"), std::string::npos) << r.output;
+  expect_clear_layout_errors(vl, {{2, "parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={vision: [0, 2], text: [1, 1]}'",
+                                   "vision layers on stage 1 come after text layers on stage 0"}});
 }

@@ -81,11 +81,7 @@ TEST(TensorParallelTrain, Qwen2VlLayoutsEqualOneProcess) {
 TEST(TensorParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
   const std::string dir = fresh_dir("tp_train_errors");
   const std::string cfg = text_config(dir);
-  struct Case {
-    int ranks;
-    std::string overrides, want;
-  };
-  const Case cases[] = {
+  expect_clear_layout_errors(cfg, {
       {2, "parallel.tensor_parallel_size=2 model.config.vocab_size=301",
        "model.embed_tokens has 301 rows (the vocabulary), which do not divide by 2: set model.config.vocab_size"},
       {3, "parallel.tensor_parallel_size=3 model.config.vocab_size=261",
@@ -94,13 +90,5 @@ TEST(TensorParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
        "parallel.sequence_parallel: data.seq_len 33 does not divide by parallel.tensor_parallel_size 2"},
       {1, "parallel.sequence_parallel=true", "parallel.sequence_parallel needs parallel.tensor_parallel_size > 1"},
       {4, "parallel.tensor_parallel_size=3", "does not divide the world size 4"},
-  };
-  for (const Case& c : cases) {
-    const std::string cmd = (c.ranks > 1 ? mm_launch(c.ranks) : std::string()) + mm_binary() + " train " + cfg + " " +
-                            c.overrides;
-    auto r = run_command(cmd);
-    EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_NE(r.output.find(c.want), std::string::npos) << cmd << "\n" << r.output;
-    EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << cmd << "\n" << r.output;
-  }
+  });
 }
