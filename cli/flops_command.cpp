@@ -50,15 +50,12 @@ std::string flops_text(double f) {
 }
 
 int run_flops() {
-  config::Config cfg = config::load_config(flops_args.config, flops_args.overrides);
+  config::Config cfg = config::load_config(flops_args.config, flops_args.overrides, /*for_training=*/false);  // reads no data
   bool strict = true;
-  // Full-size configs name their vocabulary; 0 means "take the tokenizer's" and is refused below.
+  // Full-size configs name their vocabulary: without one (null, or 0 for "the tokenizer's"), the
+  // model family's own check names the key it needs.
   nlohmann::json hf = training::resolve_hf_config(cfg.model, 0, &strict);
-  if (hf.value("vocab_size", int64_t(0)) == 0) {
-    if (cfg.model.id != "llava")  // llava's vocabulary is text_config's
-      throw ConfigError(cat("config: model.config.vocab_size is needed to size the model in ", flops_args.config));
-    hf.erase("vocab_size");
-  }
+  if (hf.contains("vocab_size") && (hf["vocab_size"].is_null() || hf["vocab_size"] == 0)) hf.erase("vocab_size");
   const models::ModelSize size = models::model_size_registry().get(cfg.model.id, "model.id")(
       hf, "model.config in " + flops_args.config, strict);
   std::printf("model: %s (%s)\n", cfg.model.id.c_str(), flops_args.config.c_str());
@@ -68,8 +65,10 @@ int run_flops() {
   std::printf("  %-28s %16s  (%s)\n", "total", grouped(size.total()).c_str(), short_count(static_cast<double>(size.total())).c_str());
   const int64_t seq = flops_args.seq_len > 0 ? flops_args.seq_len : (cfg.data.dataset == "mllm" ? cfg.data.cutoff_len : cfg.data.seq_len);
   std::printf("training FLOPs (forward + backward):\n");
-  std::printf("  per text token at sequence length %lld: %s\n", static_cast<long long>(seq),
-              flops_text(size.flops_per_token(seq)).c_str());
+  if (size.flops_per_token)
+    std::printf("  per text token at sequence length %lld: %s\n", static_cast<long long>(seq),
+                flops_text(size.flops_per_token(seq)).c_str());
+  for (const auto& [what, flops] : size.sample_flops) std::printf("  per %s: %s\n", what.c_str(), flops_text(flops).c_str());
   if (size.image_flops) {
     const auto& p = cfg.data.processor;
     int h = static_cast<int>(flops_args.image_height > 0 ? flops_args.image_height : 448);

@@ -2,7 +2,7 @@
 #   unit         in-process and fast (about a minute for all of them with -j2): ctest -L unit
 #   dist         several processes over loopback (mm launch, DDP, FSDP, distributed checkpoints)
 #   e2e          training runs and the mm binary's commands end to end
-#   conformance  against references from PyPI, npm and Debian (transformers, tokenizers, Pillow,
+#   conformance  against references from PyPI, npm and Debian (transformers, diffusers, tokenizers, Pillow,
 #                ffmpeg, spm_encode) on fetched third-party material
 # Included by CTest after gtest_discover_tests' list of mm_tests (mm_tests_TESTS). A test not
 # named here is `unit`: give a new slow test its label here.
@@ -12,7 +12,7 @@ set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrai
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
-    SentencePiece)
+    SentencePiece WanDiT)
 set(_mm_conformance_tests
     ChatTemplate.Qwen2VLMatchesOfficialTemplate ChatTemplate.Qwen2VLAgreesWithQwen3TemplateWhereComparable
     ChatTemplate.Llama3MatchesPackageTemplate ChatTemplate.MistralLlavaDefaultEncodeTheirText

@@ -71,6 +71,9 @@ struct ForwardContext {
   at::Tensor cu_seqlens;      // optional cumulative sequence lengths (packed / variable length)
   int64_t max_seqlen = 0;     // the longest segment of cu_seqlens (when it is on the device)
   bool causal = true;
+  // Conditioning a diffusion transformer's blocks read: the cross-attention inputs [B, L, dim]
+  // (the text) and the per-sample modulation [B, 6, dim] (the timestep's projection).
+  at::Tensor context, modulation;
   KVCache* kv_cache = nullptr;  // inference only; never recomputed
   int64_t layer_index = -1;
 };

@@ -119,6 +119,10 @@ void init_param_normal(at::Tensor& p, double std, at::Generator& gen) {
   init_param(p, at::empty(full_shape(p), at::TensorOptions().dtype(at::kFloat)).normal_(0.0, std, gen));
 }
 
+void init_param_uniform(at::Tensor& p, double bound, at::Generator& gen) {
+  init_param(p, at::empty(full_shape(p), at::TensorOptions().dtype(at::kFloat)).uniform_(-bound, bound, gen));
+}
+
 void init_param_fill(at::Tensor& p, double value) {
   init_param(p, at::full(full_shape(p), value, at::TensorOptions().dtype(at::kFloat)));
 }

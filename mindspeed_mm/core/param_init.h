@@ -64,6 +64,8 @@ void materialize(Module& model, at::Device device);
 void init_param(at::Tensor& p, const at::Tensor& value);
 // p ~ N(0, std^2), drawn as a full fp32 tensor from gen (the same draws whoever keeps the values).
 void init_param_normal(at::Tensor& p, double std, at::Generator& gen);
+// p ~ U(-bound, bound), drawn the same way (Xavier's uniform: bound = sqrt(6 / (fan_in + fan_out))).
+void init_param_uniform(at::Tensor& p, double bound, at::Generator& gen);
 void init_param_fill(at::Tensor& p, double value);
 
 }  // namespace mm::nn

@@ -8,6 +8,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mindspeed_mm/core/registry.h"
@@ -28,10 +30,12 @@ mm::Registry<ModelFactory>& model_registry();
 // alone, without building the model: how `mm flops` sizes full-size models on any machine.
 struct ModelSize {
   std::vector<std::pair<std::string, int64_t>> parts;
-  // Training FLOPs per text token at a sequence length; of one image of (height, width) pixels
-  // after the processor's resize (null for text models).
+  // Training FLOPs per text token at a sequence length (null for models without text tokens);
+  // of one image of (height, width) pixels after the processor's resize (null for text models).
   std::function<double(int64_t seq_len)> flops_per_token;
   std::function<double(int64_t height, int64_t width)> image_flops;
+  // Training FLOPs of typical samples, in words ("480p 81-frame clip (32,760 latent tokens)").
+  std::vector<std::pair<std::string, double>> sample_flops;
   int64_t total() const;
 };
 using ModelSizeFn = std::function<ModelSize(const nlohmann::json& hf_config, const std::string& source, bool strict)>;

@@ -1,0 +1,79 @@
+"""diffusers (run by the project's .venv python, pinned in scripts/install_deps.sh) as the
+reference for mm's Wan2.1 models. Nothing is downloaded: models are tiny random ones made here
+with save_pretrained, or the directories mm writes.
+
+  diffusers_reference.py wan_dit create DIR CONFIG_JSON [--seed S]
+      A tiny random WanTransformer3DModel from CONFIG_JSON (its config.json fields), norm weights
+      and biases moved away from their init so a dropped one shows, saved in fp32 to DIR.
+  diffusers_reference.py wan_dit forward DIR
+      Loads DIR with diffusers (fp32), reads DIR/inputs.safetensors (latents, timesteps, text)
+      and writes DIR/outputs.safetensors {"prediction"}.
+  diffusers_reference.py wan_dit count CONFIG_JSON
+      Prints the parameter count of the model CONFIG_JSON describes (built on the meta device).
+  diffusers_reference.py wan_dit from_original FILE OUT
+      diffusers' own converter of original Wan checkpoint names
+      (loaders.single_file_utils.convert_wan_transformer_to_diffusers) applied to FILE's tensors,
+      written to the safetensors file OUT.
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+def perturb(model, seed):
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith(".weight"):
+                p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+
+
+def wan_dit(args):
+    from diffusers import WanTransformer3DModel
+
+    cmd = args[0]
+    if cmd == "create":
+        out, cfg_path = args[1], args[2]
+        seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        torch.manual_seed(seed)
+        model = WanTransformer3DModel(**cfg)
+        perturb(model, seed)
+        model.save_pretrained(out, safe_serialization=True)
+    elif cmd == "forward":
+        d = args[1]
+        # Built from config.json and loaded strictly (from_pretrained would want accelerate).
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        model = WanTransformer3DModel(**cfg).eval()
+        model.load_state_dict(load_file(os.path.join(d, "diffusion_pytorch_model.safetensors")), strict=True)
+        x = load_file(os.path.join(d, "inputs.safetensors"))
+        with torch.no_grad():
+            y = model(x["latents"], x["timesteps"], x["text"], return_dict=False)[0]
+        save_file({"prediction": y.contiguous()}, os.path.join(d, "outputs.safetensors"))
+    elif cmd == "count":
+        with open(args[1]) as f:
+            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        with torch.device("meta"):
+            model = WanTransformer3DModel(**cfg)
+        print(sum(p.numel() for p in model.parameters()))
+    elif cmd == "from_original":
+        from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
+
+        tensors = load_file(args[1])
+        save_file({k: v.contiguous() for k, v in convert_wan_transformer_to_diffusers(tensors).items()}, args[2])
+    else:
+        raise SystemExit(f"unknown wan_dit command {cmd}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    {"wan_dit": wan_dit}[sys.argv[1]](sys.argv[2:])
