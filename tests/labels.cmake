@@ -13,6 +13,7 @@ set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Ev
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
     SentencePiece WanDiT)
+set(_mm_conformance_tests_diffusers FlowSchedulers.MatchDiffusersStepByStep)
 set(_mm_conformance_tests
     ChatTemplate.Qwen2VLMatchesOfficialTemplate ChatTemplate.Qwen2VLAgreesWithQwen3TemplateWhereComparable
     ChatTemplate.Llama3MatchesPackageTemplate ChatTemplate.MistralLlavaDefaultEncodeTheirText
@@ -22,7 +23,7 @@ set(_mm_conformance_tests
     Video.ProcessVideoMatchesTransformersVideoProcessor Video.ProbeRealClips Video.DecodeRealClipsMatchFfmpeg
     Video.EncodedClipsProbeDecodeAndMatchFfmpeg Video.ProcessVideoGivesQwen2VLGrid Video.BrokenFilesAreCleanErrors
     Llava.MatchesTransformers Qwen2VLVision.MatchesTransformers Qwen2_5VLVision.MatchesTransformers
-    TokenizerConfig.RealModels TextData.RealFortunes)
+    TokenizerConfig.RealModels TextData.RealFortunes ${_mm_conformance_tests_diffusers})
 foreach(_mm_test IN LISTS mm_tests_TESTS)
   string(REGEX REPLACE "\\..*" "" _mm_suite "${_mm_test}")
   if(_mm_suite IN_LIST _mm_dist_suites)

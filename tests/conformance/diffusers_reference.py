@@ -14,6 +14,11 @@ with save_pretrained, or the directories mm writes.
       diffusers' own converter of original Wan checkpoint names
       (loaders.single_file_utils.convert_wan_transformer_to_diffusers) applied to FILE's tensors,
       written to the safetensors file OUT.
+  diffusers_reference.py scheduler euler|unipc STEPS SHIFT DIR
+      The scheduler as Wan's diffusers pipelines configure it, set to STEPS steps: writes
+      DIR/schedule.safetensors {"timesteps", "sigmas"} and, from DIR/inputs.safetensors' "sample",
+      a whole sampling loop with the stand-in velocity v = tanh(x) * t / 1000 - x / 2 (each step's
+      sample as "sample_K").
 """
 import json
 import os
@@ -73,7 +78,28 @@ def wan_dit(args):
         raise SystemExit(f"unknown wan_dit command {cmd}")
 
 
+def scheduler(args):
+    from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
+
+    name, steps, shift, d = args[0], int(args[1]), float(args[2]), args[3]
+    if name == "euler":
+        s = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
+    else:  # Wan2.1-T2V-*-Diffusers' scheduler/scheduler_config.json
+        s = UniPCMultistepScheduler(
+            num_train_timesteps=1000, prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=shift,
+            solver_order=2, solver_type="bh2", predict_x0=True, lower_order_final=True, final_sigmas_type="zero",
+            timestep_spacing="linspace", beta_schedule="linear", beta_start=0.0001, beta_end=0.02)
+    s.set_timesteps(steps)
+    out = {"timesteps": s.timesteps.double().contiguous(), "sigmas": s.sigmas.double().contiguous()}
+    x = load_file(os.path.join(d, "inputs.safetensors"))["sample"]
+    for k, t in enumerate(s.timesteps):
+        v = torch.tanh(x) * (t / 1000.0) - x / 2
+        x = s.step(v, t, x, return_dict=False)[0]
+        out[f"sample_{k}"] = x.contiguous()
+    save_file(out, os.path.join(d, "schedule.safetensors"))
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
-    {"wan_dit": wan_dit}[sys.argv[1]](sys.argv[2:])
+    {"wan_dit": wan_dit, "scheduler": scheduler}[sys.argv[1]](sys.argv[2:])
