@@ -9,8 +9,10 @@
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
 set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
     TensorParallelTrain PipelineTrain)
+set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval)
-set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations)
+set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
+    FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
     SentencePiece WanDiT)
 set(_mm_conformance_tests_diffusers FlowSchedulers.MatchDiffusersStepByStep)
@@ -26,7 +28,7 @@ set(_mm_conformance_tests
     TokenizerConfig.RealModels TextData.RealFortunes ${_mm_conformance_tests_diffusers})
 foreach(_mm_test IN LISTS mm_tests_TESTS)
   string(REGEX REPLACE "\\..*" "" _mm_suite "${_mm_test}")
-  if(_mm_suite IN_LIST _mm_dist_suites)
+  if(_mm_suite IN_LIST _mm_dist_suites OR _mm_test IN_LIST _mm_dist_tests)
     set(_mm_label dist)
   elseif(_mm_suite IN_LIST _mm_e2e_suites OR _mm_test IN_LIST _mm_e2e_tests)
     set(_mm_label e2e)

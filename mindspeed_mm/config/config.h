@@ -249,6 +249,27 @@ struct LRScheduleConfig {
   }
 };
 
+// The flow_matching objective (Wan2.1 and MindSpeed-MM): training noise levels
+// sigma_k = shift(linspace(1, 0, num_train_timesteps + 1)[k]), k drawn uniformly per sample,
+// timestep 1000 sigma_k; x_t = (1 - sigma) x0 + sigma noise; the model predicts noise - x0.
+struct FlowMatchingConfig {
+  double shift = 5.0;                      // sigma' = s sigma / (1 + (s - 1) sigma)
+  int64_t num_train_timesteps = 1000;
+  // none: plain MSE; gaussian: MindSpeed-MM's weights exp(-2 ((t - T/2) / T)^2), shifted to 0 at
+  // their minimum and scaled to mean 1 over the training timesteps.
+  std::string weighting = "none";
+  // The probability that a sample's text is replaced by the empty prompt's features (the batch's
+  // null_prompt_embeds; zeros when the data has none) so the model learns the unconditional
+  // prediction classifier-free guidance needs.
+  double text_dropout = 0.0;
+  template <class IO> void io(IO& io) {
+    io("shift", shift, gt(0));
+    io("num_train_timesteps", num_train_timesteps, ge(1));
+    io("weighting", weighting, one_of({"none", "gaussian"}));
+    io("text_dropout", text_dropout, in_range(0.0, 1.0));
+  }
+};
+
 struct TrainingConfig {
   int64_t train_iters = 100;
   int64_t micro_batch_size = 8;
@@ -266,6 +287,7 @@ struct TrainingConfig {
   // The objective registry's id (training/objectives/): auto = the model's own (causal_lm for
   // language and vision-language models).
   std::string objective = "auto";
+  FlowMatchingConfig flow_matching;
   std::string precision = "fp32";          // fp32 | bf16 (bf16 compute, fp32 weights)
   int64_t seed = 42;                       // weight init and everything random in training
   int64_t eval_interval = 0;               // 0 = only before and after training
@@ -289,6 +311,7 @@ struct TrainingConfig {
     io("clip_grad", clip_grad, ge(0));
     io("loss_normalization", loss_normalization, one_of({"per_token", "per_sample"}));
     io("objective", objective);
+    io.section("flow_matching", flow_matching);
     io("precision", precision, one_of({"fp32", "bf16"}));
     io("seed", seed, ge(0));
     io("eval_interval", eval_interval, ge(0));

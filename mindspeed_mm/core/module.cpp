@@ -90,14 +90,14 @@ int64_t Module::num_parameters() const {
 }
 
 at::Tensor Block::call(const at::Tensor& x, const ForwardContext& ctx) {
-  // The innermost callable copies the context so a wrapper that re-runs the forward during
-  // backward (recompute) still has it after the model's forward has returned.
-  BlockFn fn = [this, ctx](const at::Tensor& in) { return forward(in, ctx); };
+  // A wrapper that re-runs the forward during backward (recompute) keeps its own copy of the
+  // context and of this chain.
+  BlockCtxFn fn = [this](const at::Tensor& in, const ForwardContext& c) { return forward(in, c); };
   for (auto it = wrappers_.rbegin(); it != wrappers_.rend(); ++it) {
     BlockWrapper w = it->second;
-    fn = [this, w, inner = std::move(fn)](const at::Tensor& in) { return w(*this, in, inner); };
+    fn = [this, w, inner = std::move(fn)](const at::Tensor& in, const ForwardContext& c) { return w(*this, in, c, inner); };
   }
-  return fn(x);
+  return fn(x, ctx);
 }
 
 bool Block::has_wrapper(const std::string& tag) const {

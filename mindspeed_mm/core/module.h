@@ -79,8 +79,12 @@ struct ForwardContext {
 };
 
 using BlockFn = std::function<at::Tensor(const at::Tensor&)>;
-// A wrapper receives the block, its input and a callable running the rest of the chain.
-using BlockWrapper = std::function<at::Tensor(class Block&, const at::Tensor&, const BlockFn&)>;
+// The rest of a block's chain: input and context in, output out.
+using BlockCtxFn = std::function<at::Tensor(const at::Tensor&, const ForwardContext&)>;
+// A wrapper receives the block, its input and context, and a callable running the rest of the
+// chain (which it calls with the context, or with a copy whose tensors it replaced: recompute
+// re-runs the block on detached copies of the differentiable ones).
+using BlockWrapper = std::function<at::Tensor(class Block&, const at::Tensor&, const ForwardContext&, const BlockCtxFn&)>;
 
 class Block : public Module {
  public:

@@ -35,6 +35,18 @@ inline constexpr std::string_view kPixelValuesVideos = "pixel_values_videos";
 inline constexpr std::string_view kVideoGridThw = "video_grid_thw";
 inline constexpr std::string_view kVideoSecondPerGrid = "video_second_per_grid";
 
+// Diffusion: a sample's clean latents (normalised per channel by the VAE's mean and std) and its
+// text encoder features; sample_ids (host, int64 [B]) name each sample within its dataset so
+// that what is drawn for it (noise, timestep) is the same on any parallel layout. The
+// flow-matching objective adds the model's inputs (noisy_latents, timesteps) and its target.
+inline constexpr std::string_view kLatents = "latents";                      // [B, C, F, H, W]
+inline constexpr std::string_view kPromptEmbeds = "prompt_embeds";           // [B, L, text_dim]
+inline constexpr std::string_view kNullPromptEmbeds = "null_prompt_embeds";  // [1, L, text_dim]: the empty prompt's
+inline constexpr std::string_view kSampleIds = "sample_ids";
+inline constexpr std::string_view kNoisyLatents = "noisy_latents";           // [B, C, F, H, W]
+inline constexpr std::string_view kTimesteps = "timesteps";                  // float [B], in [0, 1000)
+inline constexpr std::string_view kFlowTarget = "flow_target";               // noise - latents
+
 // Named tensors in insertion order (a handful per batch: a linear search is the fast lookup).
 class TensorMap {
  public:

@@ -101,9 +101,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
     u.gathered = true;
     free(i);
     if (u.block) {
-      u.block->add_wrapper("fsdp", [this, i](mm::nn::Block&, const at::Tensor& x, const mm::nn::BlockFn& inner) {
+      u.block->add_wrapper("fsdp", [this, i](mm::nn::Block&, const at::Tensor& x, const mm::nn::ForwardContext& c,
+                                             const mm::nn::BlockCtxFn& inner) {
         before_unit_forward(i);
-        at::Tensor out = inner(x);
+        at::Tensor out = inner(x, c);
         after_unit_forward(i);
         if (at::GradMode::is_enabled()) out = call_before_backward_of(out, [this, i] { before_unit_backward(i); });
         return out;

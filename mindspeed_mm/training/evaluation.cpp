@@ -10,7 +10,7 @@ namespace mm::training {
 
 double evaluate(models::Model& model, const Objective& objective, const data::ValPass& val, int64_t batch_size,
                 int64_t max_batches, bool bf16, DataParallelModel* dp, const TrainParallel* par,
-                PipelineRunner* pipeline) {
+                PipelineRunner* pipeline, std::vector<double>* parts) {
   at::NoGradGuard no_grad;
   const at::Device device = model_device(model);
   AutocastScope autocast(bf16, device.type());
@@ -18,22 +18,27 @@ double evaluate(models::Model& model, const Objective& objective, const data::Va
   at::Tensor sum_t = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   at::Tensor count_t = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   const int64_t shard = dp ? dp->eval_shard() : 0, num_shards = dp ? dp->eval_num_shards() : 1;
+  const int64_t n_parts = objective.eval_parts_size();
+  at::Tensor parts_t = at::zeros({n_parts}, at::TensorOptions().dtype(at::kDouble).device(device));
   val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& host) {
-    const data::Batch b = data::batch_to_device(host, device);
+    data::Batch b = data::batch_to_device(host, device);
+    objective.prepare(b, Objective::kValidationStep);
     if (dp) dp->begin_forward();
     EvalSums s = pipeline ? pipeline->eval_sums(b, objective) : objective.eval_sums(model.forward(b), b);
     sum_t.add_(s.sum.to(at::kDouble));
     count_t.add_(s.count.to(at::kDouble));
+    if (n_parts > 0) parts_t.add_(s.parts.to(at::kDouble));
   });
-  double sum = sum_t.item<double>();
-  double count = count_t.item<double>();
-  if (dp) dp->end_eval();
-  if (par && num_shards > 1) {
-    auto total = par->dp_sum({sum, count});
-    sum = total[0];
-    count = total[1];
+  std::vector<double> totals = {sum_t.item<double>(), count_t.item<double>()};
+  if (n_parts > 0) {
+    const at::Tensor p = parts_t.cpu().contiguous();
+    totals.insert(totals.end(), p.data_ptr<double>(), p.data_ptr<double>() + n_parts);
   }
-  return count > 0 ? sum / count : NAN;
+  if (dp) dp->end_eval();
+  // The same length on every rank (eval_parts_size), whether or not its shard had batches.
+  if (par && num_shards > 1) totals = par->dp_sum(totals);
+  if (parts) parts->assign(totals.begin() + 2, totals.end());
+  return totals[1] > 0 ? totals[0] / totals[1] : NAN;
 }
 
 }  // namespace mm::training

@@ -66,37 +66,55 @@ struct RngState {
   }
 };
 
-// Travels from forward to backward inside the autograd context (as an IValue capsule).
+// Travels from forward to backward inside the autograd context (as an IValue capsule): the
+// chain, the context it ran in, and which of the context's tensors are Function inputs.
 struct RecomputeState : torch::CustomClassHolder {
-  mm::nn::BlockFn fn;
+  mm::nn::BlockCtxFn fn;
+  mm::nn::ForwardContext context;
+  bool anchor = false;                 // extra[0] is the anchor
+  std::vector<at::Tensor mm::nn::ForwardContext::*> conditioning;  // then these fields, in order
   RngState rng;
   AutocastState autocast;
 };
 
-// Inputs: x (the block input) and, when x does not require grad but the block's parameters do,
-// an anchor: an empty grad-requiring leaf that makes the output require grad so backward still
-// reaches the parameters (autograd cannot take an undefined tensor as an input, hence two forms).
+// The context tensors that carry gradient back out of a block: a diffusion transformer's text
+// and timestep conditioning are computed from parameters outside the block.
+const std::vector<at::Tensor mm::nn::ForwardContext::*> kConditioning = {&mm::nn::ForwardContext::context,
+                                                                         &mm::nn::ForwardContext::modulation};
+
+// Inputs: x (the block input); extra: when x does not require grad but the block's parameters
+// do, an anchor (an empty grad-requiring leaf that makes the output require grad so backward
+// still reaches the parameters), then the context's conditioning tensors that require grad, so
+// their gradients flow out of the recomputed block to what made them.
 struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<RecomputeState> state) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList extra,
+                            c10::intrusive_ptr<RecomputeState> state) {
     at::NoGradGuard no_grad;
     state->rng = RngState::capture(x);
     state->autocast = AutocastState::current();
-    at::Tensor out = state->fn(x);
-    ctx->save_for_backward({x});
+    at::Tensor out = state->fn(x, state->context);
+    std::vector<at::Tensor> saved = {x};
+    saved.insert(saved.end(), extra.begin(), extra.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["state"] = at::IValue::make_capsule(std::move(state));
     return out;
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& anchor,
-                            c10::intrusive_ptr<RecomputeState> state) {
-    return forward(ctx, x, std::move(state));
-  }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    at::Tensor x = ctx->get_saved_variables()[0];
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
     auto state = c10::static_intrusive_pointer_cast<RecomputeState>(ctx->saved_data["state"].toCapsule());
 
     at::Tensor input = x.detach();
     input.set_requires_grad(x.requires_grad());
+    mm::nn::ForwardContext context = state->context;
+    std::vector<at::Tensor> cond;
+    for (size_t k = 0; k < state->conditioning.size(); ++k) {
+      at::Tensor c = saved[1 + (state->anchor ? 1 : 0) + k].detach();
+      c.set_requires_grad(true);
+      context.*(state->conditioning[k]) = c;
+      cond.push_back(c);
+    }
     const RngState rng_now = RngState::capture(x);
     const AutocastState autocast_now = AutocastState::current();
     state->rng.restore();
@@ -104,7 +122,7 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     at::Tensor out;
     try {
       at::AutoGradMode grad_on(true);
-      out = state->fn(input);
+      out = state->fn(input, context);
     } catch (...) {
       autocast_now.apply();
       rng_now.restore();
@@ -115,9 +133,12 @@ struct RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
 
     at::Tensor grad_out = grad_outputs[0].defined() ? grad_outputs[0] : at::zeros_like(out);
     if (out.requires_grad()) torch::autograd::backward({out}, {grad_out});
-    // One gradient per forward argument; the trailing undefined ones (anchor, state) are dropped
-    // by autograd when the two-argument form was used.
-    return {x.requires_grad() ? input.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+    // One gradient per forward input: x, the extra tensors (none for the anchor), the state.
+    variable_list grads = {x.requires_grad() ? input.grad() : at::Tensor()};
+    if (state->anchor) grads.emplace_back();
+    for (auto& c : cond) grads.push_back(c.grad());
+    grads.emplace_back();
+    return grads;
   }
 };
 
@@ -127,20 +148,33 @@ bool any_param_requires_grad(const mm::nn::Module& m) {
   return false;
 }
 
-at::Tensor checkpoint_impl(const mm::nn::BlockFn& fn, const at::Tensor& x, bool params_need_grad) {
-  if (!at::GradMode::is_enabled()) return fn(x);
+at::Tensor checkpoint_impl(const mm::nn::BlockCtxFn& fn, const at::Tensor& x, const mm::nn::ForwardContext& context,
+                           bool params_need_grad) {
+  if (!at::GradMode::is_enabled()) return fn(x, context);
   auto state = c10::make_intrusive<RecomputeState>();
   state->fn = fn;
-  if (x.requires_grad()) return RecomputeFunction::apply(x, std::move(state));
-  if (!params_need_grad) return fn(x);
-  at::Tensor anchor = at::empty({0}, x.options());
-  anchor.set_requires_grad(true);
-  return RecomputeFunction::apply(x, anchor, std::move(state));
+  state->context = context;
+  std::vector<at::Tensor> extra;
+  for (auto field : kConditioning) {
+    const at::Tensor& c = context.*field;
+    if (c.defined() && c.requires_grad()) state->conditioning.push_back(field);
+  }
+  if (!x.requires_grad() && state->conditioning.empty()) {
+    if (!params_need_grad) return fn(x, context);
+    at::Tensor anchor = at::empty({0}, x.options());
+    anchor.set_requires_grad(true);
+    extra.push_back(anchor);
+    state->anchor = true;
+  }
+  for (auto field : state->conditioning) extra.push_back(context.*field);
+  return RecomputeFunction::apply(x, at::TensorList(extra), std::move(state));
 }
 
 }  // namespace
 
-at::Tensor checkpoint(const mm::nn::BlockFn& fn, const at::Tensor& x) { return checkpoint_impl(fn, x, true); }
+at::Tensor checkpoint(const mm::nn::BlockFn& fn, const at::Tensor& x) {
+  return checkpoint_impl([fn](const at::Tensor& in, const mm::nn::ForwardContext&) { return fn(in); }, x, {}, true);
+}
 
 int64_t apply_recompute_plan(mm::nn::Module& root, const std::vector<std::string>& patterns) {
   const auto compiled = mm::compile_patterns(patterns);
@@ -157,8 +191,9 @@ int64_t apply_recompute_plan(mm::nn::Module& root, const std::vector<std::string
                             mod.type_name(), ", which is not a block (recompute wraps blocks such as decoder layers)"));
     ++wrapped;
     if (block->has_wrapper("recompute")) return;
-    block->add_wrapper("recompute", [](mm::nn::Block& b, const at::Tensor& x, const mm::nn::BlockFn& inner) {
-      return checkpoint_impl(inner, x, any_param_requires_grad(b));
+    block->add_wrapper("recompute", [](mm::nn::Block& b, const at::Tensor& x, const mm::nn::ForwardContext& c,
+                                       const mm::nn::BlockCtxFn& inner) {
+      return checkpoint_impl(inner, x, c, any_param_requires_grad(b));
     });
   });
   for (size_t i = 0; i < compiled.size(); ++i)

@@ -1,7 +1,9 @@
 // Activation checkpointing (recompute) for blocks. The forward of a wrapped block runs without
 // building a graph and keeps only its input; backward re-runs the block with grad enabled and
 // back-propagates through the fresh graph. Memory per block drops to one input tensor at the
-// cost of one extra forward. Gradients equal the un-checkpointed ones exactly (same kernels,
+// cost of one extra forward. Conditioning in the block's context that needs gradient (a DiT's text
+// and timestep: ForwardContext::context, modulation) is an input of the recomputed region, so its
+// gradient flows on. Gradients equal the un-checkpointed ones exactly (same kernels,
 // same order; the CPU/CUDA RNG state and autocast state of the forward are restored for the re-run).
 #pragma once
 

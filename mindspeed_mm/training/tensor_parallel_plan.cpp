@@ -270,15 +270,17 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
         if (!layout.split(name)) layout.partial_grads.insert(name);
     mm::nn::Block* first = seq_blocks.front().second;
     mm::nn::Block* last = seq_blocks.back().second;
-    first->add_wrapper("sequence_parallel_enter", [tp, n](mm::nn::Block&, const at::Tensor& x, const mm::nn::BlockFn& f) {
+    first->add_wrapper("sequence_parallel_enter", [tp, n](mm::nn::Block&, const at::Tensor& x,
+                                                          const mm::nn::ForwardContext& c, const mm::nn::BlockCtxFn& f) {
       if (x.size(1) % n != 0)
         throw ConfigError(cat("config: parallel.sequence_parallel: a batch's sequence length ", x.size(1),
                               " does not divide by tensor_parallel_size ", n,
                               " (set data.seq_len to a multiple; multimodal batches are padded to one)"));
-      return f(parallel::scatter_to_sequence_region(x, tp, 1));
+      return f(parallel::scatter_to_sequence_region(x, tp, 1), c);
     });
-    last->add_wrapper("sequence_parallel_leave", [tp](mm::nn::Block&, const at::Tensor& x, const mm::nn::BlockFn& f) {
-      return parallel::gather_from_sequence_to_whole(f(x), tp, 1);
+    last->add_wrapper("sequence_parallel_leave", [tp](mm::nn::Block&, const at::Tensor& x, const mm::nn::ForwardContext& c,
+                                                      const mm::nn::BlockCtxFn& f) {
+      return parallel::gather_from_sequence_to_whole(f(x, c), tp, 1);
     });
   }
   return layout;

@@ -26,7 +26,7 @@ at::Device model_device(const models::Model& model) {
 StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double lr, int64_t iteration,
                       const std::vector<double>& local_sums) {
   MM_CHECK(!micro.empty(), "train_step: no micro-batches");
-  const at::DeviceType device_type = micro.front().device.require(data::kInputIds).device().type();
+  const at::DeviceType device_type = model_device(env.model).type();
   // Local counts from the host copies (no device sync), summed over the ranks in one collective.
   std::vector<double> local = {0, 0, 0};
   for (const auto& mb : micro) {
@@ -43,14 +43,17 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   r.sums.assign(global.begin() + 3, global.end());
   const double normaliser = std::max(1.0, r.normaliser);
 
-  at::Tensor loss_sum;  // summed on the device, read once after the step's backward passes
-  if (env.pipeline) {
-    std::vector<data::Batch> batches;
-    for (const auto& mb : micro) batches.push_back(mb.device);
-    loss_sum = at::tensor(env.pipeline->run_step(batches, env.objective, normaliser, env.bf16), at::kDouble);
+  // What the objective draws for this step's samples (noise, timesteps), on every stage alike.
+  std::vector<data::Batch> batches;
+  for (const auto& mb : micro) {
+    batches.push_back(mb.device);
+    env.objective.prepare(batches.back(), iteration);
   }
+  at::Tensor loss_sum;  // summed on the device, read once after the step's backward passes
+  if (env.pipeline)
+    loss_sum = at::tensor(env.pipeline->run_step(batches, env.objective, normaliser, env.bf16), at::kDouble);
   for (size_t m = 0; m < micro.size() && !env.pipeline; ++m) {
-    const data::Batch& b = micro[m].device;
+    const data::Batch& b = batches[m];
     models::Outputs out;
     {
       AutocastScope autocast(env.bf16, device_type);

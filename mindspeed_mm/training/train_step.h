@@ -48,7 +48,8 @@ struct StepResult {
 };
 
 // mm::Error when the loss is not finite (before the update: the weights are left as they were).
-// iteration only names the step in that message. local_sums ride on the step's first collective.
+// iteration names the step in that message and seeds what the objective draws for it
+// (Objective::prepare). local_sums ride on the step's first collective.
 StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double lr, int64_t iteration,
                       const std::vector<double>& local_sums = {});
 

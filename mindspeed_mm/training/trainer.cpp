@@ -110,12 +110,15 @@ Run::Run(const config::Config& cfg)
   // The fields the model and the objective need must be ones the dataset produces.
   std::vector<std::string> needed = model_->required_fields();
   for (const auto& f : objective_->required_fields()) needed.push_back(f);
-  if (std::string missing = data::missing_fields(needed, data_.fields); !missing.empty())
+  std::vector<std::string> have = data_.fields;
+  for (const auto& f : objective_->provided_fields()) have.push_back(f);
+  if (std::string missing = data::missing_fields(needed, have); !missing.empty())
     throw ConfigError(cat("config: data.dataset ", cfg.data.dataset, " produces no ", missing, " (model ", cfg.model.id,
                           " with objective ", tc_.objective == "auto" ? model_->default_objective() : tc_.objective,
                           " needs it)"));
   read_fields_ = needed;
   for (const auto& f : model_->optional_fields()) read_fields_.push_back(f);
+  for (const auto& f : objective_->optional_fields()) read_fields_.push_back(f);
 
   optimizer_ = optimizer_registry().get(tc_.optimizer.id, "training.optimizer.id")(
       dp_->param_groups(tc_.optimizer.lr_multipliers), tc_.optimizer);
@@ -305,11 +308,17 @@ void Run::step() {
 }
 
 double Run::validate(const std::string& when, bool with_baseline) {
+  std::vector<double> parts;
   const double v = evaluate(*model_, *objective_, data_.val, tc_.micro_batch_size, tc_.eval_iters,
-                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get());
+                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get(), &parts);
   std::string line = cat("validation ", when, ": ", objective_->describe(v));
   nlohmann::json record = {{"iter", state_.iteration}, {"val_loss", v}};
   record.update(objective_->eval_record(v));
+  if (!parts.empty()) {
+    Report p = objective_->eval_parts(parts);
+    if (!p.text.empty()) line += "; " + p.text;
+    record.update(p.record);
+  }
   if (with_baseline) {
     Report b = objective_->baseline(data_);
     if (!b.text.empty()) line += "; " + b.text;

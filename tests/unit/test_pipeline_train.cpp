@@ -70,11 +70,12 @@ TEST(PipelineTrain, Qwen2TextLayoutsEqualOneProcess) {
     const std::string hf = dir + "/hf_" + std::to_string(&l - layouts);
     const TrainRun run = train(cfg, l.ranks, dir + "/run.jsonl", l.overrides + base + " training.export_dir=" + hf);
     expect_same_run(one, run, "qwen2 text, " + l.name);
-    // Stages only move activations: a pipeline adds no arithmetic of its own, so what differs
-    // from one process is tensor parallelism's fp32 reassociation, amplified by Adam on weights
-    // whose gradients are near zero (8 layers here; TP2+SP alone drifts exactly as far, below).
-    expect_same_weights(dir + "/one_hf", hf, l.name.find("TP2") == std::string::npos ? 1e-5 : 5e-5,
-                        "qwen2 text, " + l.name);
+    // Stages only move activations: a pipeline adds no arithmetic of its own (PP alone: 0), so
+    // what differs from one process is tensor and data parallelism's fp32 reassociation,
+    // amplified by Adam on weights whose gradients are near zero (8 layers here; TP2+SP alone
+    // drifts exactly as far, below). Measured: TP2xPP2+SP 4e-5 to 5.4e-5, DP2xPP2 8.8e-6.
+    const bool tp = l.name.find("TP2") != std::string::npos, dp = l.name.find("DP2") != std::string::npos;
+    expect_same_weights(dir + "/one_hf", hf, tp ? 2e-4 : dp ? 3e-5 : 1e-5, "qwen2 text, " + l.name);
     EXPECT_NE(run.output.find("plan: pipeline over"), std::string::npos) << run.output;
     // Memory at start: every rank's parameter + gradient + optimizer bytes; without tensor
     // parallelism (which replicates the norms) or data parallelism, the stages' add up to one

@@ -39,12 +39,11 @@
 
 namespace mm::models {
 
-// Batch fields a diffusion transformer reads and writes (the flow-matching objective fills the
-// first two from clean latents; a dataset or the frozen encoders give the text features).
-inline constexpr std::string_view kNoisyLatents = "noisy_latents";  // [B, C, F, H, W]
-inline constexpr std::string_view kTimesteps = "timesteps";         // float [B], in [0, 1000)
-inline constexpr std::string_view kPromptEmbeds = "prompt_embeds";  // [B, L, text_dim]
-inline constexpr std::string_view kPrediction = "prediction";       // output, shaped as noisy_latents
+// The prediction (shaped as the batch's noisy_latents, data/batch.h) under Outputs' name.
+inline constexpr std::string_view kPrediction = "prediction";
+using data::kNoisyLatents;
+using data::kPromptEmbeds;
+using data::kTimesteps;
 
 // diffusers' config.json for WanTransformer3DModel (names and defaults as there: the 14B model).
 struct WanDiTConfig {

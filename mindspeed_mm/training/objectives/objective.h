@@ -28,16 +28,29 @@ struct Report {
   nlohmann::json record = nlohmann::json::object();
 };
 
-// Summed validation loss of batches and what it is normalised by (0-dim, on the device).
+// Summed validation loss of batches and what it is normalised by (0-dim, on the device), and
+// optionally more sums the objective reports beside it (1-D of Objective::eval_parts_size(): a
+// diffusion objective's loss and count per timestep bucket), summed over batches and ranks.
 struct EvalSums {
   at::Tensor sum, count;
+  at::Tensor parts;
 };
 
 class Objective {
  public:
   virtual ~Objective() = default;
-  // Batch fields the loss reads (checked against the dataset's fields at start).
+  // Batch fields the loss reads (checked against the dataset's fields at start), fields it reads
+  // when a batch has them, and fields prepare() adds for the model (the dataset need not have them).
   virtual std::vector<std::string> required_fields() const = 0;
+  virtual std::vector<std::string> optional_fields() const { return {}; }
+  virtual std::vector<std::string> provided_fields() const { return {}; }
+  // What the objective derives from a batch on the device before the forward: a diffusion
+  // objective's noise, timesteps, noisy inputs and target (it may also repeat the samples).
+  // Whatever it draws depends only on the run's seed, `step` and the batch's sample ids, so
+  // every layout and rank draws the same for the same sample; validation passes
+  // kValidationStep (fixed timesteps and noise: comparable from one evaluation to the next).
+  static constexpr int64_t kValidationStep = -1;
+  virtual void prepare(data::Batch& batch, int64_t step) const {}
   // What the loss is normalised by, in words ("tokens", "samples").
   virtual std::string normalised_by() const = 0;
   // How many of those a micro-batch holds, read from its host copy before the forward (no
@@ -53,6 +66,10 @@ class Objective {
   virtual std::string describe(double loss) const = 0;
   // Fields a validation record in the metrics JSONL carries besides val_loss ({"val_ppl": 10.0}).
   virtual nlohmann::json eval_record(double loss) const { return nlohmann::json::object(); }
+  // The report of EvalSums::parts summed over the validation batches and ranks, appended to the
+  // validation line and its record.
+  virtual int64_t eval_parts_size() const { return 0; }
+  virtual Report eval_parts(const std::vector<double>& parts) const { return {}; }
   // Added to the first validation report (a baseline the loss can be judged against); the
   // JSONL fields go into the same record.
   virtual Report baseline(const data::TrainData& data) const { return {}; }
