@@ -15,6 +15,7 @@ set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCor
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
     SentencePiece WanDiT)
+set(_mm_conformance_tests_umt5 UMT5.HiddenStatesEqualTransformers)
 set(_mm_conformance_tests_diffusers FlowSchedulers.MatchDiffusersStepByStep)
 set(_mm_conformance_tests
     ChatTemplate.Qwen2VLMatchesOfficialTemplate ChatTemplate.Qwen2VLAgreesWithQwen3TemplateWhereComparable
@@ -25,7 +26,7 @@ set(_mm_conformance_tests
     Video.ProcessVideoMatchesTransformersVideoProcessor Video.ProbeRealClips Video.DecodeRealClipsMatchFfmpeg
     Video.EncodedClipsProbeDecodeAndMatchFfmpeg Video.ProcessVideoGivesQwen2VLGrid Video.BrokenFilesAreCleanErrors
     Llava.MatchesTransformers Qwen2VLVision.MatchesTransformers Qwen2_5VLVision.MatchesTransformers
-    TokenizerConfig.RealModels TextData.RealFortunes ${_mm_conformance_tests_diffusers})
+    TokenizerConfig.RealModels TextData.RealFortunes ${_mm_conformance_tests_diffusers} ${_mm_conformance_tests_umt5})
 foreach(_mm_test IN LISTS mm_tests_TESTS)
   string(REGEX REPLACE "\\..*" "" _mm_suite "${_mm_test}")
   if(_mm_suite IN_LIST _mm_dist_suites OR _mm_test IN_LIST _mm_dist_tests)

@@ -16,6 +16,9 @@ ones made here with save_pretrained, or the HF directories mm exports.
       stop) with the KV cache; writes DIR/generated.safetensors {"tokens"}.
   hf_reference.py vision DIR qwen2_vl|qwen2_5_vl
       The vision tower alone (see vision() below).
+  hf_reference.py encoder DIR
+      A text encoder (UMT5EncoderModel) on DIR/inputs.safetensors' input_ids and attention_mask:
+      writes DIR/hidden.safetensors {"last_hidden_state"}.
   hf_reference.py train_step DIR
       One training step's loss and gradients: labels from DIR/inputs.safetensors, HF's own
       shifted cross entropy (mean over labelled tokens); writes DIR/grads.safetensors with "loss"
@@ -127,6 +130,14 @@ def generate(d, n):
     save_file({"tokens": out[:, ids.shape[1]:].contiguous()}, os.path.join(d, "generated.safetensors"))
 
 
+def encoder(d):
+    model, _ = load(d)
+    x = inputs(d)
+    with torch.no_grad():
+        h = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"]).last_hidden_state
+    save_file({"last_hidden_state": h.contiguous()}, os.path.join(d, "hidden.safetensors"))
+
+
 def train_step(d):
     model, _ = load(d)
     model.train()
@@ -190,6 +201,8 @@ def main(argv):
         vision(d, argv[3])
     elif cmd == "train_step":
         train_step(d)
+    elif cmd == "encoder":
+        encoder(d)
     else:
         raise SystemExit(f"unknown command {cmd}")
 
