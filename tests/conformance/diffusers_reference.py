@@ -14,6 +14,12 @@ with save_pretrained, or the directories mm writes.
       diffusers' own converter of original Wan checkpoint names
       (loaders.single_file_utils.convert_wan_transformer_to_diffusers) applied to FILE's tensors,
       written to the safetensors file OUT.
+  diffusers_reference.py wan_vae create DIR CONFIG_JSON [--seed S]
+      A tiny random AutoencoderKLWan (norm gammas moved away from 1), saved in fp32 to DIR.
+  diffusers_reference.py wan_vae run DIR
+      From DIR/inputs.safetensors: the encoder's moments of "video" (_encode: the first frame,
+      then 4 at a time) and the decoded "latents" (decode: one latent frame at a time, clamped),
+      written to DIR/outputs.safetensors {"moments", "decoded"}.
   diffusers_reference.py scheduler euler|unipc STEPS SHIFT DIR
       The scheduler as Wan's diffusers pipelines configure it, set to STEPS steps: writes
       DIR/schedule.safetensors {"timesteps", "sigmas"} and, from DIR/inputs.safetensors' "sample",
@@ -78,6 +84,33 @@ def wan_dit(args):
         raise SystemExit(f"unknown wan_dit command {cmd}")
 
 
+def wan_vae(args):
+    from diffusers import AutoencoderKLWan
+
+    cmd, d = args[0], args[1]
+    if cmd == "create":
+        with open(args[2]) as f:
+            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
+        torch.manual_seed(seed)
+        model = AutoencoderKLWan(**cfg)
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("gamma"):
+                    p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+        model.save_pretrained(d, safe_serialization=True)
+    else:
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        model = AutoencoderKLWan(**cfg).eval()
+        model.load_state_dict(load_file(os.path.join(d, "diffusion_pytorch_model.safetensors")), strict=True)
+        x = load_file(os.path.join(d, "inputs.safetensors"))
+        with torch.no_grad():
+            out = {"moments": model._encode(x["video"]), "decoded": model.decode(x["latents"]).sample}
+        save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(d, "outputs.safetensors"))
+
+
 def scheduler(args):
     from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 
@@ -102,4 +135,4 @@ def scheduler(args):
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
-    {"wan_dit": wan_dit, "scheduler": scheduler}[sys.argv[1]](sys.argv[2:])
+    {"wan_dit": wan_dit, "wan_vae": wan_vae, "scheduler": scheduler}[sys.argv[1]](sys.argv[2:])

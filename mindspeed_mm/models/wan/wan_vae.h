@@ -1,0 +1,169 @@
+// Wan2.1's causal 3-D VAE (diffusers' AutoencoderKLWan), parameter names as in a diffusers vae/
+// directory. Videos [B, 3, 1 + 4k, H, W] in [-1, 1] become latents [B, z, 1 + k, H / 8, W / 8]
+// (with the default three downsamplings: spatial, then spatial + temporal twice).
+//
+// Every convolution is causal in time: a 3x3x3 convolution sees the frame and the two before it
+// (zeros before the first). The first frame is special: the temporal downsampling passes it
+// through and halves the frames after it; the temporal upsampling passes it through and doubles
+// the frames after it (so 1 + k latent frames decode to 1 + 4k frames). Because of that, a clip
+// can be run whole or in chunks (diffusers: the first frame, then 4 frames at a time to encode;
+// one latent frame at a time to decode) with a cache of the last two input frames of every
+// causal convolution (VaeCache): the results are the same, and chunked decoding holds only one
+// latent frame's activations, so a long video decodes in bounded memory.
+//
+// Names: encoder.conv_in, encoder.down_blocks.N (residual blocks: norm1.gamma, conv1, norm2.gamma,
+// conv2, conv_shortcut; resamplers: resample.1, time_conv), encoder.mid_block.{resnets.N,
+// attentions.0.{norm.gamma, to_qkv, proj}}, encoder.norm_out.gamma, encoder.conv_out,
+// quant_conv, post_quant_conv, decoder.conv_in, decoder.mid_block, decoder.up_blocks.N.{resnets.M,
+// upsamplers.0.{resample.1, time_conv}}, decoder.norm_out.gamma, decoder.conv_out.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/common/hf_config.h"
+
+namespace mm::models {
+
+// diffusers' config.json for AutoencoderKLWan (Wan2.1's values by default).
+struct WanVAEConfig {
+  int64_t base_dim = 96, z_dim = 16, num_res_blocks = 2;
+  std::vector<int64_t> dim_mult = {1, 2, 4, 4};
+  std::vector<bool> temperal_downsample = {false, true, true};  // diffusers' spelling
+  std::vector<double> latents_mean, latents_std;                // z_dim each
+  int64_t in_channels = 3, out_channels = 3;
+
+  // Frames of the latents of `frames` video frames, and the other way.
+  int64_t temporal_factor() const;
+  int64_t spatial_factor() const { return int64_t{1} << (dim_mult.size() - 1); }
+
+  static WanVAEConfig from_json(const nlohmann::json& j, const std::string& source);
+  nlohmann::json to_json() const;
+};
+
+// The state chunked encoding and decoding carry from one chunk to the next: per causal
+// convolution its last input frames, per temporal resampler whether the first frame has passed.
+struct VaeCache {
+  std::map<const void*, at::Tensor> frames;
+  std::map<const void*, bool> started;
+};
+
+// A convolution causal in time: kernel (kt, kh, kw), spatial padding kh / 2, kw / 2 and kt - 1
+// zero frames in front (none when front_pad is false: the temporal downsampling's).
+class WanCausalConv3d : public mm::nn::Module {
+ public:
+  WanCausalConv3d(int64_t in, int64_t out, std::array<int64_t, 3> kernel, std::array<int64_t, 3> stride = {1, 1, 1},
+                  bool pad = true);
+  at::Tensor forward(const at::Tensor& x, VaeCache& cache) const;
+  std::string type_name() const override { return "WanCausalConv3d"; }
+
+  std::array<int64_t, 3> kernel, stride;
+  bool pad;
+  at::Tensor weight, bias;
+};
+
+// x / max(||x||, 1e-12) over the channels, times sqrt(channels) and gamma.
+class WanRMSNorm : public mm::nn::Module {
+ public:
+  WanRMSNorm(int64_t dim, bool images);
+  at::Tensor forward(const at::Tensor& x) const;
+  std::string type_name() const override { return "WanRMS_norm"; }
+  at::Tensor gamma;
+};
+
+class WanResidualBlock : public mm::nn::Module {
+ public:
+  WanResidualBlock(int64_t in, int64_t out);
+  at::Tensor forward(const at::Tensor& x, VaeCache& cache) const;
+  std::string type_name() const override { return "WanResidualBlock"; }
+  std::shared_ptr<WanRMSNorm> norm1, norm2;
+  std::shared_ptr<WanCausalConv3d> conv1, conv2, shortcut;  // shortcut null when in == out
+};
+
+// Single-head spatial self-attention within each frame.
+class WanAttentionBlock : public mm::nn::Module {
+ public:
+  explicit WanAttentionBlock(int64_t dim);
+  at::Tensor forward(const at::Tensor& x) const;
+  std::string type_name() const override { return "WanAttentionBlock"; }
+  std::shared_ptr<WanRMSNorm> norm;
+  at::Tensor qkv_weight, qkv_bias, proj_weight, proj_bias;  // 1x1 Conv2d
+};
+
+// mode: downsample2d, downsample3d, upsample2d, upsample3d.
+class WanResample : public mm::nn::Module {
+ public:
+  WanResample(int64_t dim, std::string mode);
+  at::Tensor forward(const at::Tensor& x, VaeCache& cache) const;
+  std::string type_name() const override { return "WanResample"; }
+  std::string mode;
+  at::Tensor conv_weight, conv_bias;       // resample.1: Conv2d
+  std::shared_ptr<WanCausalConv3d> time_conv;  // 3d modes
+};
+
+class WanMidBlock : public mm::nn::Module {
+ public:
+  explicit WanMidBlock(int64_t dim);
+  at::Tensor forward(const at::Tensor& x, VaeCache& cache) const;
+  std::shared_ptr<WanResidualBlock> res0, res1;
+  std::shared_ptr<WanAttentionBlock> attn;
+};
+
+class WanEncoder3d : public mm::nn::Module {
+ public:
+  explicit WanEncoder3d(const WanVAEConfig& c);
+  at::Tensor forward(const at::Tensor& x, VaeCache& cache) const;
+  std::shared_ptr<WanCausalConv3d> conv_in, conv_out;
+  std::vector<std::shared_ptr<mm::nn::Module>> down;  // WanResidualBlock or WanResample
+  std::shared_ptr<WanMidBlock> mid;
+  std::shared_ptr<WanRMSNorm> norm_out;
+};
+
+class WanDecoder3d : public mm::nn::Module {
+ public:
+  explicit WanDecoder3d(const WanVAEConfig& c);
+  at::Tensor forward(const at::Tensor& x, VaeCache& cache) const;
+  std::shared_ptr<WanCausalConv3d> conv_in, conv_out;
+  std::shared_ptr<WanMidBlock> mid;
+  std::vector<std::vector<std::shared_ptr<WanResidualBlock>>> up_res;
+  std::vector<std::shared_ptr<WanResample>> up_sample;  // null where a level does not upsample
+  std::shared_ptr<WanRMSNorm> norm_out;
+};
+
+class AutoencoderKLWan : public mm::nn::Module {
+ public:
+  explicit AutoencoderKLWan(const WanVAEConfig& c);
+
+  // video [B, in_channels, 1 + 4k, H, W] -> the posterior's moments [B, 2 z, 1 + k, H/8, W/8]
+  // (mean, then log-variance). chunked: the first frame, then 4 frames at a time.
+  at::Tensor encode_moments(const at::Tensor& video, bool chunked = true) const;
+  // The posterior's mean, normalised by latents_mean / latents_std ((mean - m) / s): what the DiT
+  // is trained on.
+  at::Tensor encode(const at::Tensor& video, bool chunked = true) const;
+  // latents [B, z, n, h, w] (not normalised) -> video [B, out_channels, 1 + 4 (n - 1), 8h, 8w]
+  // clamped to [-1, 1]. chunked: one latent frame at a time.
+  at::Tensor decode(const at::Tensor& latents, bool chunked = true) const;
+  // Chunked decoding that hands each chunk's frames to `sink` instead of keeping them: memory
+  // stays that of one latent frame whatever the length.
+  void decode_frames(const at::Tensor& latents, const std::function<void(const at::Tensor& frames)>& sink) const;
+  // normalised latents (encode's) -> the VAE's latent space.
+  at::Tensor denormalize(const at::Tensor& latents) const;
+  std::string type_name() const override { return "AutoencoderKLWan"; }
+
+  WanVAEConfig config;
+  std::shared_ptr<WanEncoder3d> encoder;
+  std::shared_ptr<WanDecoder3d> decoder;
+  std::shared_ptr<WanCausalConv3d> quant_conv, post_quant_conv;
+};
+
+// A vae/ directory (config.json with _class_name AutoencoderKLWan + safetensors), fp32.
+std::shared_ptr<AutoencoderKLWan> load_wan_vae(const std::string& dir);
+
+}  // namespace mm::models

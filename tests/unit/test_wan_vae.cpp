@@ -1,0 +1,105 @@
+// Wan2.1's causal 3-D VAE (mindspeed_mm/models/wan/wan_vae.h) against PyPI's diffusers
+// (tests/conformance/diffusers_reference.py wan_vae): a tiny random AutoencoderKLWan saved by
+// diffusers loads into mm by its names; the encoder's moments and the chunked decode equal
+// diffusers' in fp32 (1e-4 relative, printed); running a clip whole equals running it in chunks
+// with the feature cache; decode_frames streams 1 then 4 frames per latent frame; latent
+// normalisation; bad clips and configs are clear errors.
+#include <gtest/gtest.h>
+
+#include "hf_reference.h"
+#include "mindspeed_mm/checkpoint/hf_weights.h"
+#include "mindspeed_mm/checkpoint/safetensors.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/models/wan/wan_vae.h"
+#include "run_command.h"
+
+using namespace mm::models;
+
+namespace {
+
+const nlohmann::json kTiny = {{"base_dim", 8},
+                              {"z_dim", 4},
+                              {"dim_mult", {1, 2, 2, 2}},
+                              {"num_res_blocks", 1},
+                              {"temperal_downsample", {false, true, true}},
+                              {"latents_mean", {0.1, -0.2, 0.3, 0.0}},
+                              {"latents_std", {1.5, 0.5, 2.0, 1.0}}};
+
+std::string python(const std::string& args) {
+  const std::string cmd =
+      std::string(MM_PYTHON) + " " + mm::test::source_dir() + "/tests/conformance/diffusers_reference.py " + args;
+  auto r = mm::test::run_command(cmd);
+  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  return r.output;
+}
+
+}  // namespace
+
+TEST(WanVAE, EncodeAndDecodeEqualDiffusers) {
+  const std::string dir = mm::test::fresh_dir("wan_vae_conformance");
+  mm::test::write_file(dir + "/wanted.json", kTiny.dump());
+  python("wan_vae create " + dir + "/vae " + dir + "/wanted.json --seed 3");
+  auto vae = load_wan_vae(dir + "/vae");  // every tensor by its diffusers name and shape
+  at::manual_seed(4);
+  const at::Tensor video = at::rand({1, 3, 9, 16, 16}) * 2 - 1;
+  const at::Tensor latents = at::randn({1, 4, 3, 2, 2});
+  mm::st::save_safetensors(dir + "/vae/inputs.safetensors", {{"video", video}, {"latents", latents}});
+  python("wan_vae run " + dir + "/vae");
+  mm::st::HFWeights want(dir + "/vae/outputs.safetensors");
+
+  at::NoGradGuard no_grad;
+  const at::Tensor moments = vae->encode_moments(video);
+  ASSERT_EQ(moments.sizes(), want.get("moments").sizes());
+  const double enc = mm::test::rel_err(moments, want.get("moments"));
+  const at::Tensor decoded = vae->decode(latents);
+  ASSERT_EQ(decoded.sizes(), (std::vector<int64_t>{1, 3, 9, 16, 16}));
+  const double dec = mm::test::rel_err(decoded, want.get("decoded"));
+  EXPECT_GT(decoded.abs().lt(0.99).to(at::kFloat).mean().item<double>(), 0.9);  // not all clamped: a real comparison
+  EXPECT_LT(enc, 1e-4);
+  EXPECT_LT(dec, 1e-4);
+  std::printf("wan vae: max relative difference from diffusers: encoder moments %.2e, decoded video %.2e\n", enc, dec);
+
+  // The whole clip at once equals the chunks with the feature cache.
+  const double enc_whole = mm::test::rel_err(vae->encode_moments(video, /*chunked=*/false), moments);
+  const double dec_whole = mm::test::rel_err(vae->decode(latents, /*chunked=*/false), decoded);
+  EXPECT_LT(enc_whole, 1e-5);
+  EXPECT_LT(dec_whole, 1e-5);
+  std::printf("wan vae: whole clip against chunks with the cache: encode %.2e, decode %.2e\n", enc_whole, dec_whole);
+
+  // Streaming: the first latent frame gives one frame, each later one four.
+  std::vector<int64_t> counts;
+  vae->decode_frames(latents, [&](const at::Tensor& f) { counts.push_back(f.size(2)); });
+  EXPECT_EQ(counts, (std::vector<int64_t>{1, 4, 4}));
+
+  // Normalised latents: (mean - latents_mean) / latents_std, and back.
+  const at::Tensor z = vae->encode(video);
+  const at::Tensor mean = moments.narrow(1, 0, 4);
+  EXPECT_TRUE(at::allclose(z[0][1], (mean[0][1] + 0.2) / 0.5, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(vae->denormalize(z), mean, 1e-5, 1e-5));
+}
+
+TEST(WanVAE, BadClipsAndConfigsAreClearErrors) {
+  WanVAEConfig c = WanVAEConfig::from_json(kTiny, "tiny");
+  EXPECT_EQ(c.temporal_factor(), 4);
+  EXPECT_EQ(c.spatial_factor(), 8);
+  AutoencoderKLWan vae(c);
+  at::NoGradGuard no_grad;
+  auto expect_error = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, wanted: " << want;
+    } catch (const mm::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { vae.encode(at::zeros({1, 3, 8, 16, 16})); }, "8 frames: a clip must have 1 + 4k frames");
+  expect_error([&] { vae.encode(at::zeros({1, 3, 5, 12, 16})); }, "12x16 pixels do not divide by the spatial compression 8");
+  expect_error([&] { vae.encode(at::zeros({1, 4, 5, 16, 16})); }, "a video must be [B, 3, frames, height, width]");
+  expect_error([&] { vae.decode(at::zeros({1, 3, 2, 2, 2})); }, "latents must be [B, 4, frames, height, width]");
+  nlohmann::json j = kTiny;
+  j["is_residual"] = true;
+  expect_error([&] { WanVAEConfig::from_json(j, "wan22/config.json"); }, "is_residual is set: only Wan2.1's VAE");
+  j = kTiny;
+  j["latents_std"] = {1.0, 2.0};
+  expect_error([&] { WanVAEConfig::from_json(j, "vae/config.json"); }, "latents_std must hold z_dim = 4 values (got 2)");
+}
