@@ -14,7 +14,7 @@ set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Ev
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
-    SentencePiece WanDiT WanVAE)
+    SentencePiece WanDiT WanVAE WanPipeline)
 set(_mm_conformance_tests_umt5 UMT5.HiddenStatesEqualTransformers)
 set(_mm_conformance_tests_diffusers FlowSchedulers.MatchDiffusersStepByStep)
 set(_mm_conformance_tests

@@ -20,6 +20,12 @@ with save_pretrained, or the directories mm writes.
       From DIR/inputs.safetensors: the encoder's moments of "video" (_encode: the first frame,
       then 4 at a time) and the decoded "latents" (decode: one latent frame at a time, clamped),
       written to DIR/outputs.safetensors {"moments", "decoded"}.
+  diffusers_reference.py wan_pipeline DIR SPEC_JSON
+      A whole tiny random Wan text-to-video pipeline: a Unigram tokenizer (tokenizers), a
+      UMT5EncoderModel, a WanTransformer3DModel, an AutoencoderKLWan and the UniPC scheduler,
+      saved to DIR by WanPipeline.save_pretrained; then WanPipeline itself samples SPEC's prompt
+      and writes DIR/outputs.safetensors {"latents" (before decoding), "prompt_embeds",
+      "negative_prompt_embeds"}.
   diffusers_reference.py scheduler euler|unipc STEPS SHIFT DIR
       The scheduler as Wan's diffusers pipelines configure it, set to STEPS steps: writes
       DIR/schedule.safetensors {"timesteps", "sigmas"} and, from DIR/inputs.safetensors' "sample",
@@ -111,6 +117,61 @@ def wan_vae(args):
         save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(d, "outputs.safetensors"))
 
 
+def wan_pipeline(args):
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+
+    d = args[0]
+    with open(args[1]) as f:
+        spec = json.load(f)
+    torch.manual_seed(0)
+    words = "a an the sandal sneaker shirt bag moving left right up down slowly on white black".split()
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    vocab += [("\u2581" + w, -1.0 - 0.1 * i) for i, w in enumerate(words)]
+    vocab += [(c, -5.0) for c in "abcdefghijklmnopqrstuvwxyz,.'"]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=2, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=len(vocab), d_model=16, d_kv=8, d_ff=24, num_layers=2,
+                                               num_heads=2, feed_forward_proj="gated-gelu"))
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
+                                        in_channels=4, out_channels=4, text_dim=16, freq_dim=16, ffn_dim=32,
+                                        num_layers=2, rope_max_seq_len=32)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 2, 2, 2], num_res_blocks=1,
+                           temperal_downsample=[False, True, True], latents_mean=[0.1, -0.2, 0.3, 0.0],
+                           latents_std=[1.5, 0.5, 2.0, 1.0])
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in (transformer, vae, text_encoder):
+            for name, p in m.named_parameters():
+                if name.endswith("gamma") or ("norm" in name and name.endswith(".weight")):
+                    p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
+                elif name.endswith(".bias"):
+                    p.copy_(0.3 * torch.randn(p.shape, generator=g))
+        transformer.proj_out.weight.mul_(3)
+    scheduler = UniPCMultistepScheduler(
+        num_train_timesteps=1000, prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=spec["shift"],
+        solver_order=2, solver_type="bh2", predict_x0=True, lower_order_final=True, final_sigmas_type="zero")
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler,
+                       transformer=transformer)
+    pipe.save_pretrained(d)
+    pipe.set_progress_bar_config(disable=True)
+    for m in (text_encoder, transformer, vae):
+        m.eval()  # made here, not by from_pretrained: still in training mode (umT5's dropout)
+    with torch.no_grad():
+        cond, neg = pipe.encode_prompt(spec["prompt"], spec["negative_prompt"], do_classifier_free_guidance=True,
+                                       max_sequence_length=spec["max_sequence_length"])
+        out = pipe(prompt=spec["prompt"], negative_prompt=spec["negative_prompt"], height=spec["height"],
+                   width=spec["width"], num_frames=spec["frames"], num_inference_steps=spec["steps"],
+                   guidance_scale=spec["guidance_scale"], generator=torch.Generator().manual_seed(spec["seed"]),
+                   output_type="latent", max_sequence_length=spec["max_sequence_length"]).frames
+    save_file({"latents": out.contiguous(), "prompt_embeds": cond.contiguous(), "negative_prompt_embeds": neg.contiguous()},
+              os.path.join(d, "outputs.safetensors"))
+
+
 def scheduler(args):
     from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 
@@ -135,4 +196,5 @@ def scheduler(args):
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
-    {"wan_dit": wan_dit, "wan_vae": wan_vae, "scheduler": scheduler}[sys.argv[1]](sys.argv[2:])
+    commands = {"wan_dit": wan_dit, "wan_vae": wan_vae, "wan_pipeline": wan_pipeline, "scheduler": scheduler}
+    commands[sys.argv[1]](sys.argv[2:])
