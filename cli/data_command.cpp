@@ -2,6 +2,7 @@
 //   mm data convert-llava IN.json OUT.jsonl     LLaVA format -> mllm JSONL
 //   mm data fashion-mnist --out DIR              Debian's Fashion-MNIST as PNGs + train/test JSONL
 //   mm data inspect FILE [...]                   counts, token lengths, image sizes, bad samples
+//   mm data extract-features --model PIPE --data videos.jsonl --out DIR   Wan VAE latents + text features
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,9 +18,34 @@
 #include "mindspeed_mm/data/mllm/mllm_dataset.h"
 #include "mindspeed_mm/data/mllm/mllm_options.h"
 #include "mindspeed_mm/data/mllm/sample_encoder.h"
+#include "mindspeed_mm/core/device.h"
+#include "mindspeed_mm/inference/extract_features.h"
 
 namespace mm::cli {
 namespace {
+
+struct ExtractArgs {
+  std::string model, data, out, buckets = "480x832x81", device = "auto";
+  inference::ExtractOptions o;
+} extract_args;
+
+int run_extract_features() {
+  ExtractArgs& a = extract_args;
+  a.o.buckets = inference::parse_buckets(a.buckets);
+  const at::Device device = resolve_device(a.device, 0, "--device");
+  const inference::WanPipeline pipe = inference::load_wan_pipeline(a.model, device);
+  const inference::ExtractReport r = inference::extract_features(pipe, a.data, a.out, a.o, [](int64_t done, int64_t n) {
+    if (done == n || done % 100 == 0) std::printf("extract-features: %lld/%lld records\n", static_cast<long long>(done),
+                                                  static_cast<long long>(n));
+  });
+  std::string buckets;
+  for (size_t b = 0; b < r.per_bucket.size(); ++b)
+    buckets += cat(b ? ", " : "", a.o.buckets[b].height, "x", a.o.buckets[b].width, "x", a.o.buckets[b].frames, ": ",
+                   r.per_bucket[b]);
+  std::printf("extract-features: wrote %lld samples to %s (%s); skipped %lld bad record(s)\n", static_cast<long long>(r.written),
+              a.out.c_str(), buckets.c_str(), static_cast<long long>(r.skipped));
+  return 0;
+}
 
 struct DataArgs {
   std::string in, out;
@@ -147,7 +173,7 @@ int run_inspect() {
 }  // namespace
 
 void add_data_command(CLI::App& app) {
-  auto* c = app.add_subcommand("data", "Dataset tools: convert, prepare and inspect mllm datasets");
+  auto* c = app.add_subcommand("data", "Dataset tools: convert, prepare and inspect mllm datasets; extract video features");
   c->require_subcommand(1);
 
   auto* llava = c->add_subcommand("convert-llava", "Convert a LLaVA JSON file to mllm JSONL");
@@ -173,6 +199,19 @@ void add_data_command(CLI::App& app) {
   in->add_option("--threads", args.threads, "decoding threads");
   in->add_flag("--headers-only", args.headers_only, "read image headers only (fast; lengths from header sizes)");
   register_action(in, run_inspect);
+
+  auto* ex = c->add_subcommand("extract-features",
+                               "Video + caption JSONL through a Wan pipeline's VAE and text encoder into feature shards");
+  ex->add_option("--model", extract_args.model, "Wan pipeline directory (vae/, text_encoder/, tokenizer/, transformer/)")->required();
+  ex->add_option("--data", extract_args.data, "JSONL of {\"path\": video, \"cap\": caption}")->required();
+  ex->add_option("--out", extract_args.out, "a new features directory (data.dataset: features reads it)")->required();
+  ex->add_option("--buckets", extract_args.buckets, "HEIGHTxWIDTHxFRAMES[,...]: each video goes to the nearest aspect it is long enough for");
+  ex->add_option("--fps", extract_args.o.fps, "frames are taken at this rate (16)");
+  ex->add_option("--max-sequence-length", extract_args.o.max_sequence_length, "text tokens (512)");
+  ex->add_option("--media-root", extract_args.o.media_root, "folder relative video paths resolve against (default: the JSONL's)");
+  ex->add_option("--max-bad-fraction", extract_args.o.max_bad_fraction, "error when more records than this are skipped (0.5)");
+  ex->add_option("--device", extract_args.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
+  register_action(ex, run_extract_features);
 }
 
 }  // namespace mm::cli

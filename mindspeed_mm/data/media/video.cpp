@@ -196,6 +196,10 @@ namespace {
 }  // namespace
 VideoInfo probe_video(const std::string& path) { no_video(path); }
 DecodedVideo decode_video(const std::string& path, const VideoSampling&, int64_t) { no_video(path); }
+DecodedVideo decode_video_frames(const std::string& path, const std::function<std::vector<int64_t>(const VideoInfo&)>&,
+                                 int64_t) {
+  no_video(path);
+}
 #endif
 
 // qwen_vl_utils.vision_process.smart_nframes, fps branch, as in QwenLM/Qwen3-VL
@@ -238,6 +242,12 @@ std::vector<int64_t> sample_frame_indices(int64_t total_frames, double video_fps
 
 #ifndef MM_NO_VIDEO
 DecodedVideo decode_video(const std::string& path, const VideoSampling& s, int64_t max_pixels_per_frame) {
+  return decode_video_frames(path, [&](const VideoInfo& info) { return sample_frame_indices(info.num_frames, info.fps, s); },
+                             max_pixels_per_frame);
+}
+
+DecodedVideo decode_video_frames(const std::string& path, const std::function<std::vector<int64_t>(const VideoInfo&)>& pick,
+                                 int64_t max_pixels_per_frame) {
   DecodedVideo out;
   {
     OpenedVideo probe = open_video(path);
@@ -247,7 +257,7 @@ DecodedVideo decode_video(const std::string& path, const VideoSampling& s, int64
   MM_CHECK(int64_t(info.width) * info.height <= max_pixels_per_frame, "video: ", path, ": frames of ",
            info.width, "x", info.height, " exceed the limit of ", max_pixels_per_frame, " pixels");
   try {
-    out.indices = sample_frame_indices(info.num_frames, info.fps, s);
+    out.indices = pick(info);
   } catch (const mm::Error& e) {
     throw mm::Error(mm::cat("video: ", path, ": ", e.what()));
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,9 @@ struct DecodedVideo {
 // decoded, mm::Error names the path and how many frames were decoded.
 DecodedVideo decode_video(const std::string& path, const VideoSampling& s = {},
                           int64_t max_pixels_per_frame = int64_t(1) << 28);
+// The same with the indices chosen by `pick` from the probed stream (ascending, each below
+// num_frames; mm::Error from pick names the file).
+DecodedVideo decode_video_frames(const std::string& path, const std::function<std::vector<int64_t>(const VideoInfo&)>& pick,
+                                 int64_t max_pixels_per_frame = int64_t(1) << 28);
 
 }  // namespace mm::data

@@ -1,0 +1,137 @@
+#include "mindspeed_mm/inference/extract_features.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/data/features.h"
+#include "mindspeed_mm/data/media/image_resize.h"
+#include "mindspeed_mm/data/media/video.h"
+
+namespace fs = std::filesystem;
+
+namespace mm::inference {
+
+std::vector<VideoBucket> parse_buckets(const std::string& spec, const std::string& what) {
+  std::vector<VideoBucket> out;
+  std::stringstream ss(spec);
+  for (std::string item; std::getline(ss, item, ',');) {
+    VideoBucket b;
+    char x1 = 0, x2 = 0;
+    std::stringstream is(item);
+    if (!(is >> b.height >> x1 >> b.width >> x2 >> b.frames) || x1 != 'x' || x2 != 'x' || !(is >> std::ws).eof())
+      throw ConfigError(cat("config: ", what, ": '", item, "' is not HEIGHTxWIDTHxFRAMES (e.g. 480x832x81)"));
+    if (b.height <= 0 || b.width <= 0 || b.height % 16 || b.width % 16 || b.frames < 1 || (b.frames - 1) % 4)
+      throw ConfigError(cat("config: ", what, ": '", item, "': sides must be multiples of 16 and frames 1 + 4k"));
+    out.push_back(b);
+  }
+  if (out.empty()) throw ConfigError(cat("config: ", what, " names no bucket"));
+  return out;
+}
+
+namespace {
+
+// Indices of `frames` frames at `fps` from a video of `total` frames at `video_fps`; empty when it is too short.
+std::vector<int64_t> frame_indices(int64_t total, double video_fps, double fps, int64_t frames) {
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < frames; ++i) {
+    const int64_t k = static_cast<int64_t>(std::llround(static_cast<double>(i) * video_fps / fps));
+    if (k >= total) return {};
+    idx.push_back(k);
+  }
+  return idx;
+}
+
+}  // namespace
+
+ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl, const std::string& out,
+                               const ExtractOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
+  std::ifstream in(jsonl);
+  if (!in) throw Error(cat("data: ", jsonl, ": cannot open"));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+  if (lines.empty()) throw Error(cat("data: ", jsonl, ": no records"));
+  const fs::path root = o.media_root.empty() ? fs::path(jsonl).parent_path() : fs::path(o.media_root);
+
+  data::FeatureWriter writer(out);
+  ExtractReport rep;
+  rep.per_bucket.assign(o.buckets.size(), 0);
+  at::NoGradGuard no_grad;
+  const at::Device device = pipe.vae->encoder->conv_in->weight.device();
+  int64_t line_no = 0, done = 0;
+  for (const std::string& line : lines) {
+    ++line_no;
+    const std::string where = cat(jsonl, ":", line_no);
+    try {
+      nlohmann::json r;
+      try {
+        r = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(cat("not valid JSON (", e.what(), ")"));
+      }
+      if (!r.is_object() || !r.contains("path") || !r["path"].is_string()) throw Error("has no \"path\" string");
+      const char* cap_key = r.contains("cap") ? "cap" : "caption";
+      if (!r.contains(cap_key) || !r[cap_key].is_string()) throw Error("has no \"cap\" (or \"caption\") string");
+      fs::path path = r["path"].get<std::string>();
+      if (path.is_relative()) path = root / path;
+      // The bucket nearest the video's aspect ratio among those it has the frames for.
+      int best = -1;
+      std::vector<int64_t> indices;
+      const data::DecodedVideo video = data::decode_video_frames(path.string(), [&](const data::VideoInfo& info) {
+        double best_score = std::numeric_limits<double>::infinity();
+        for (size_t b = 0; b < o.buckets.size(); ++b) {
+          const VideoBucket& k = o.buckets[b];
+          const std::vector<int64_t> idx = frame_indices(info.num_frames, info.fps, o.fps, k.frames);
+          if (idx.empty()) continue;
+          const double score = std::fabs(std::log(static_cast<double>(info.width) / info.height) -
+                                         std::log(static_cast<double>(k.width) / static_cast<double>(k.height))) -
+                               1e-6 * static_cast<double>(k.frames);
+          if (score < best_score) best_score = score, best = static_cast<int>(b), indices = idx;
+        }
+        if (best < 0)
+          throw Error(cat("has ", info.num_frames, " frames at ", info.fps, " fps: fewer than any bucket needs at ", o.fps,
+                          " fps (the shortest wants ", o.buckets.front().frames, ")"));
+        return indices;
+      });
+      const VideoBucket& k = o.buckets[static_cast<size_t>(best)];
+      at::Tensor clip = at::empty({1, 3, k.frames, k.height, k.width}, at::kFloat);
+      for (int64_t t = 0; t < k.frames; ++t) {
+        const data::Image& f = video.frames[static_cast<size_t>(t)];
+        const double scale = std::max(static_cast<double>(k.width) / f.width, static_cast<double>(k.height) / f.height);
+        const int w = std::max<int>(static_cast<int>(k.width), static_cast<int>(std::lround(f.width * scale)));
+        const int h = std::max<int>(static_cast<int>(k.height), static_cast<int>(std::lround(f.height * scale)));
+        const data::Image cropped = data::center_crop(data::resize_bicubic(f, w, h), static_cast<int>(k.width),
+                                                      static_cast<int>(k.height));
+        const at::Tensor px = at::from_blob(const_cast<uint8_t*>(cropped.rgb.data()), {k.height, k.width, 3}, at::kByte);
+        clip[0].select(1, t).copy_(px.permute({2, 0, 1}).to(at::kFloat) / 127.5 - 1.0);
+      }
+      data::FeatureSample s;
+      s.latents = pipe.vae->encode(clip.to(device))[0].cpu();
+      s.caption = r[cap_key].get<std::string>();
+      s.prompt_embeds = encode_prompts(pipe, {s.caption}, o.max_sequence_length)[0].cpu();
+      writer.add(s);
+      ++rep.written;
+      ++rep.per_bucket[static_cast<size_t>(best)];
+    } catch (const Error& e) {
+      ++rep.skipped;
+      log::warn("data: skipped ", where, ": ", e.what());
+    }
+    if (progress) progress(++done, static_cast<int64_t>(lines.size()));
+  }
+  if (rep.written == 0) throw Error(cat("data: ", jsonl, ": every one of its ", lines.size(), " records was skipped"));
+  if (static_cast<double>(rep.skipped) > o.max_bad_fraction * static_cast<double>(lines.size()))
+    throw Error(cat("data: ", jsonl, ": ", rep.skipped, " of ", lines.size(), " records skipped, more than ",
+                    o.max_bad_fraction * 100, "%"));
+  writer.finish(encode_prompts(pipe, {""}, o.max_sequence_length)[0].cpu());
+  return rep;
+}
+
+}  // namespace mm::inference
