@@ -3,11 +3,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/error.h>
+#include <libavutil/log.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -75,6 +77,8 @@ struct Mp4Writer::Impl {
 };
 
 Mp4Writer::Mp4Writer(std::string path, int width, int height, double fps, int crf) : impl_(std::make_unique<Impl>()) {
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { av_log_set_level(AV_LOG_ERROR); });  // libx264's statistics are not for our users
   Impl& m = *impl_;
   m.path = std::move(path);
   m.tmp = m.path + ".tmp";

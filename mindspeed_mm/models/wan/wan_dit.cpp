@@ -298,14 +298,20 @@ PlanTable WanTransformer3DModel::plans() const {
   return t;
 }
 
+// The host copy of a training batch holds the clean latents (the objective makes the noisy ones
+// on the device); either has the shape that sizes the work.
+static const at::Tensor& latents_of(const data::Batch& host) {
+  return host.has(kNoisyLatents) ? host[kNoisyLatents] : host[data::kLatents];
+}
+
 double WanTransformer3DModel::input_tokens(const data::Batch& host) const {
-  const at::Tensor& x = host[kNoisyLatents];
+  const at::Tensor& x = latents_of(host);
   if (!x.defined()) return 0;
   return static_cast<double>(x.size(0) * x.size(2) * x.size(3) * x.size(4) / config.patch_volume());
 }
 
 double WanTransformer3DModel::training_flops(const data::Batch& host) const {
-  const at::Tensor& x = host[kNoisyLatents];
+  const at::Tensor& x = latents_of(host);
   const at::Tensor& text = host[kPromptEmbeds];
   if (!x.defined()) return 0;
   const int64_t tokens = x.size(2) * x.size(3) * x.size(4) / config.patch_volume();
