@@ -40,6 +40,20 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
+def config_fields(path):
+    """A diffusers config.json's constructor arguments (its "_class_name" and such left out)."""
+    with open(path) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def load_saved(cls, d):
+    """cls built from DIR/config.json with DIR's weights loaded strictly (from_pretrained would
+    want accelerate for these models)."""
+    model = cls(**config_fields(os.path.join(d, "config.json"))).eval()
+    model.load_state_dict(load_file(os.path.join(d, "diffusion_pytorch_model.safetensors")), strict=True)
+    return model
+
+
 def perturb(model, seed):
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
@@ -57,27 +71,20 @@ def wan_dit(args):
     if cmd == "create":
         out, cfg_path = args[1], args[2]
         seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
-        with open(cfg_path) as f:
-            cfg = json.load(f)
-        cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        cfg = config_fields(cfg_path)
         torch.manual_seed(seed)
         model = WanTransformer3DModel(**cfg)
         perturb(model, seed)
         model.save_pretrained(out, safe_serialization=True)
     elif cmd == "forward":
         d = args[1]
-        # Built from config.json and loaded strictly (from_pretrained would want accelerate).
-        with open(os.path.join(d, "config.json")) as f:
-            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-        model = WanTransformer3DModel(**cfg).eval()
-        model.load_state_dict(load_file(os.path.join(d, "diffusion_pytorch_model.safetensors")), strict=True)
+        model = load_saved(WanTransformer3DModel, d)
         x = load_file(os.path.join(d, "inputs.safetensors"))
         with torch.no_grad():
             y = model(x["latents"], x["timesteps"], x["text"], return_dict=False)[0]
         save_file({"prediction": y.contiguous()}, os.path.join(d, "outputs.safetensors"))
     elif cmd == "count":
-        with open(args[1]) as f:
-            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        cfg = config_fields(args[1])
         with torch.device("meta"):
             model = WanTransformer3DModel(**cfg)
         print(sum(p.numel() for p in model.parameters()))
@@ -95,8 +102,7 @@ def wan_vae(args):
 
     cmd, d = args[0], args[1]
     if cmd == "create":
-        with open(args[2]) as f:
-            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+        cfg = config_fields(args[2])
         seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
         torch.manual_seed(seed)
         model = AutoencoderKLWan(**cfg)
@@ -107,10 +113,7 @@ def wan_vae(args):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
         model.save_pretrained(d, safe_serialization=True)
     else:
-        with open(os.path.join(d, "config.json")) as f:
-            cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-        model = AutoencoderKLWan(**cfg).eval()
-        model.load_state_dict(load_file(os.path.join(d, "diffusion_pytorch_model.safetensors")), strict=True)
+        model = load_saved(AutoencoderKLWan, d)
         x = load_file(os.path.join(d, "inputs.safetensors"))
         with torch.no_grad():
             out = {"moments": model._encode(x["video"]), "decoded": model.decode(x["latents"]).sample}
