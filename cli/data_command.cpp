@@ -3,6 +3,7 @@
 //   mm data fashion-mnist --out DIR              Debian's Fashion-MNIST as PNGs + train/test JSONL
 //   mm data inspect FILE [...]                   counts, token lengths, image sizes, bad samples
 //   mm data extract-features --model PIPE --data videos.jsonl --out DIR   Wan VAE latents + text features
+//   mm data moving-fashion-mnist --out DIR       garments sliding left/right/up/down as captioned MP4 clips
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "mindspeed_mm/data/mllm/sample_encoder.h"
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/inference/extract_features.h"
+#include "mindspeed_mm/data/moving_fashion_mnist.h"
 
 namespace mm::cli {
 namespace {
@@ -44,6 +46,16 @@ int run_extract_features() {
                    r.per_bucket[b]);
   std::printf("extract-features: wrote %lld samples to %s (%s); skipped %lld bad record(s)\n", static_cast<long long>(r.written),
               a.out.c_str(), buckets.c_str(), static_cast<long long>(r.skipped));
+  return 0;
+}
+
+data::MovingFashionMnistOptions moving_args;
+
+int run_moving_fashion_mnist() {
+  const data::MovingFashionMnistSummary s = data::write_moving_fashion_mnist(moving_args);
+  std::printf("moving-fashion-mnist: %lld train clips (%s), %lld test clips (%s), %d frames of %dx%d at %.0f fps\n",
+              static_cast<long long>(s.train), s.train_jsonl.c_str(), static_cast<long long>(s.test), s.test_jsonl.c_str(),
+              moving_args.frames, moving_args.size, moving_args.size, moving_args.fps);
   return 0;
 }
 
@@ -212,6 +224,19 @@ void add_data_command(CLI::App& app) {
   ex->add_option("--max-bad-fraction", extract_args.o.max_bad_fraction, "error when more records than this are skipped (0.5)");
   ex->add_option("--device", extract_args.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
   register_action(ex, run_extract_features);
+
+  auto* mv = c->add_subcommand("moving-fashion-mnist",
+                               "Fashion-MNIST garments sliding left, right, up or down as captioned H.264 clips + JSONL");
+  mv->add_option("--out", moving_args.out_dir, "output directory")->required();
+  mv->add_option("--source", moving_args.source_dir, "folder of the IDX .gz files (package dataset-fashion-mnist)");
+  mv->add_option("--train", moving_args.train, "training clips (2000)");
+  mv->add_option("--test", moving_args.test, "test clips (200)");
+  mv->add_option("--size", moving_args.size, "canvas side in pixels (64)");
+  mv->add_option("--frames", moving_args.frames, "frames per clip, 1 + 4k (17)");
+  mv->add_option("--speed", moving_args.speed, "pixels per frame (2)");
+  mv->add_option("--fps", moving_args.fps, "frame rate (16)");
+  mv->add_option("--seed", moving_args.seed, "which garments, directions and positions (0)");
+  register_action(mv, run_moving_fashion_mnist);
 }
 
 }  // namespace mm::cli
