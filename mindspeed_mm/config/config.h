@@ -127,13 +127,27 @@ struct ProcessorConfig {
   }
 };
 
+// The videos dataset: clips of `frames` frames taken at `fps`, resized to cover height x width
+// and centre-cropped (VAE training).
+struct VideoClipConfig {
+  int64_t height = 64, width = 64, frames = 17;
+  double fps = 16.0;
+  template <class IO> void io(IO& io) {
+    io("height", height, gt(0));
+    io("width", width, gt(0));
+    io("frames", frames, gt(0));
+    io("fps", fps, gt(0));
+  }
+};
+
 struct DataConfig {
-  std::string dataset = "text";            // dataset registry id: text | mllm
+  std::string dataset = "text";            // dataset registry id: text | mllm | features | videos
   std::string collator;                    // "" = the dataset's own (text: lm_packed; mllm: padded | packed)
   std::vector<std::string> paths;          // files or directories
   std::vector<double> weights;             // mllm: mixture weight per path (empty = all 1)
   std::vector<std::string> val_paths;      // mllm: validation files (else val_fraction of the records)
   std::string media_root;                  // mllm: relative media paths resolve here (default: the file's folder)
+  VideoClipConfig video;                   // videos: the clips' size, length and frame rate
   DataAttrConfig attr;
   std::string format = "auto";             // text: text | fortune | jsonl | auto
   std::string text_key = "text";           // JSONL field holding the text
@@ -163,6 +177,7 @@ struct DataConfig {
     io("weights", weights, ge(0));
     io("val_paths", val_paths);
     io("media_root", media_root);
+    io.section("video", video);
     io.section("attr", attr);
     io("format", format, one_of({"auto", "text", "fortune", "jsonl"}));
     io("text_key", text_key);
@@ -270,6 +285,13 @@ struct FlowMatchingConfig {
   }
 };
 
+// The vae objective: each sample's mean absolute reconstruction error plus kl_weight times its
+// posterior's mean KL divergence from N(0, 1) per latent element.
+struct VaeLossConfig {
+  double kl_weight = 1e-6;
+  template <class IO> void io(IO& io) { io("kl_weight", kl_weight, ge(0)); }
+};
+
 struct TrainingConfig {
   int64_t train_iters = 100;
   int64_t micro_batch_size = 8;
@@ -288,6 +310,7 @@ struct TrainingConfig {
   // language and vision-language models).
   std::string objective = "auto";
   FlowMatchingConfig flow_matching;
+  VaeLossConfig vae;
   std::string precision = "fp32";          // fp32 | bf16 (bf16 compute, fp32 weights)
   int64_t seed = 42;                       // weight init and everything random in training
   int64_t eval_interval = 0;               // 0 = only before and after training
@@ -312,6 +335,7 @@ struct TrainingConfig {
     io("loss_normalization", loss_normalization, one_of({"per_token", "per_sample"}));
     io("objective", objective);
     io.section("flow_matching", flow_matching);
+    io.section("vae", vae);
     io("precision", precision, one_of({"fp32", "bf16"}));
     io("seed", seed, ge(0));
     io("eval_interval", eval_interval, ge(0));

@@ -39,6 +39,7 @@ inline constexpr std::string_view kVideoSecondPerGrid = "video_second_per_grid";
 // text encoder features; sample_ids (host, int64 [B]) name each sample within its dataset so
 // that what is drawn for it (noise, timestep) is the same on any parallel layout. The
 // flow-matching objective adds the model's inputs (noisy_latents, timesteps) and its target.
+inline constexpr std::string_view kVideo = "video";                          // [B, 3, F, H, W] in [-1, 1]
 inline constexpr std::string_view kLatents = "latents";                      // [B, C, F, H, W]
 inline constexpr std::string_view kPromptEmbeds = "prompt_embeds";           // [B, L, text_dim]
 inline constexpr std::string_view kNullPromptEmbeds = "null_prompt_embeds";  // [1, L, text_dim]: the empty prompt's

@@ -12,7 +12,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/features.h"
-#include "mindspeed_mm/data/media/image_resize.h"
+#include "mindspeed_mm/data/media/video_clip.h"
 #include "mindspeed_mm/data/media/video.h"
 
 namespace fs = std::filesystem;
@@ -35,21 +35,6 @@ std::vector<VideoBucket> parse_buckets(const std::string& spec, const std::strin
   if (out.empty()) throw ConfigError(cat("config: ", what, " names no bucket"));
   return out;
 }
-
-namespace {
-
-// Indices of `frames` frames at `fps` from a video of `total` frames at `video_fps`; empty when it is too short.
-std::vector<int64_t> frame_indices(int64_t total, double video_fps, double fps, int64_t frames) {
-  std::vector<int64_t> idx;
-  for (int64_t i = 0; i < frames; ++i) {
-    const int64_t k = static_cast<int64_t>(std::llround(static_cast<double>(i) * video_fps / fps));
-    if (k >= total) return {};
-    idx.push_back(k);
-  }
-  return idx;
-}
-
-}  // namespace
 
 ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl, const std::string& out,
                                const ExtractOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
@@ -89,7 +74,7 @@ ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl
         double best_score = std::numeric_limits<double>::infinity();
         for (size_t b = 0; b < o.buckets.size(); ++b) {
           const VideoBucket& k = o.buckets[b];
-          const std::vector<int64_t> idx = frame_indices(info.num_frames, info.fps, o.fps, k.frames);
+          const std::vector<int64_t> idx = data::clip_frame_indices(info.num_frames, info.fps, o.fps, k.frames);
           if (idx.empty()) continue;
           const double score = std::fabs(std::log(static_cast<double>(info.width) / info.height) -
                                          std::log(static_cast<double>(k.width) / static_cast<double>(k.height))) -
@@ -102,17 +87,7 @@ ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl
         return indices;
       });
       const VideoBucket& k = o.buckets[static_cast<size_t>(best)];
-      at::Tensor clip = at::empty({1, 3, k.frames, k.height, k.width}, at::kFloat);
-      for (int64_t t = 0; t < k.frames; ++t) {
-        const data::Image& f = video.frames[static_cast<size_t>(t)];
-        const double scale = std::max(static_cast<double>(k.width) / f.width, static_cast<double>(k.height) / f.height);
-        const int w = std::max<int>(static_cast<int>(k.width), static_cast<int>(std::lround(f.width * scale)));
-        const int h = std::max<int>(static_cast<int>(k.height), static_cast<int>(std::lround(f.height * scale)));
-        const data::Image cropped = data::center_crop(data::resize_bicubic(f, w, h), static_cast<int>(k.width),
-                                                      static_cast<int>(k.height));
-        const at::Tensor px = at::from_blob(const_cast<uint8_t*>(cropped.rgb.data()), {k.height, k.width, 3}, at::kByte);
-        clip[0].select(1, t).copy_(px.permute({2, 0, 1}).to(at::kFloat) / 127.5 - 1.0);
-      }
+      const at::Tensor clip = data::frames_to_clip(video.frames, k.height, k.width).unsqueeze(0);
       data::FeatureSample s;
       s.latents = pipe.vae->encode(clip.to(device))[0].cpu();
       s.caption = r[cap_key].get<std::string>();

@@ -71,7 +71,7 @@ TEST(Cli, ConfigErrorsExitWithCode2AndOneLine) {
 
   r = run_command(mm::test::mm_binary() + " train " + cfg + " model.id=qwen3");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(last_line(r.output), "error: config: model.id: unknown model id 'qwen3' (known: llava, qwen2, qwen2_5_vl, qwen2_vl, wan_dit)");
+  EXPECT_EQ(last_line(r.output), "error: config: model.id: unknown model id 'qwen3' (known: llava, qwen2, qwen2_5_vl, qwen2_vl, wan_dit, wan_vae)");
 
   r = run_command(mm::test::mm_binary() + " train " + cfg + " model.config.hiden_size=64");
   EXPECT_EQ(r.exit_code, 2);

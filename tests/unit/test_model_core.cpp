@@ -266,6 +266,6 @@ TEST(ModelCore, ObjectiveAndDatasetAreRegistrations) {
             "config: data.dataset test_unlabelled produces no labels (model qwen2 with objective causal_lm needs it)");
   unlabelled_cfg.training.objective = "ctc";
   EXPECT_NE(config_error([&] { training::train(unlabelled_cfg); })
-                .find("training.objective: unknown objective id 'ctc' (known: causal_lm, flow_matching, test_squared_logits)"),
+                .find("training.objective: unknown objective id 'ctc' (known: causal_lm, flow_matching, test_squared_logits, vae)"),
             std::string::npos);
 }

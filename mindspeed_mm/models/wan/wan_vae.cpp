@@ -2,7 +2,12 @@
 
 #include <cmath>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/core/param_init.h"
+#include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/models/common/attention.h"
 
@@ -53,8 +58,11 @@ WanVAEConfig WanVAEConfig::from_json(const nlohmann::json& j, const std::string&
       if (!v.is_number()) fail(key, "must list numbers");
       out.push_back(v.get<double>());
     }
-    if (static_cast<int64_t>(out.size()) != c.z_dim) fail(key, cat("must hold z_dim = ", c.z_dim, " values (got ", out.size(), ")"));
+    // Empty: no normalisation (a VAE trained here has no statistics until they are measured).
+    if (!out.empty() && static_cast<int64_t>(out.size()) != c.z_dim)
+      fail(key, cat("must hold z_dim = ", c.z_dim, " values (got ", out.size(), ")"));
   }
+  if (c.latents_mean.empty() != c.latents_std.empty()) fail("latents_std", "and latents_mean must be given together");
   if (c.dim_mult.size() < 2 || c.temperal_downsample.size() != c.dim_mult.size() - 1)
     fail("temperal_downsample", cat("must hold one flag per downsampling, len(dim_mult) - 1 = ", c.dim_mult.size() - 1));
   if (j.contains("attn_scales") && !j["attn_scales"].empty()) fail("attn_scales", "must be empty (Wan2.1's VAE has no attention in its levels)");
@@ -375,6 +383,44 @@ at::Tensor AutoencoderKLWan::decode(const at::Tensor& latents, bool chunked) con
   return at::cat(parts, 2);
 }
 
+Outputs AutoencoderKLWan::forward(const data::Batch& batch) {
+  const at::Tensor moments = encode_moments(batch.require_tensor(data::kVideo), /*chunked=*/false);
+  const at::Tensor mean = moments.narrow(1, 0, config.z_dim);
+  const at::Tensor logvar = moments.narrow(1, config.z_dim, config.z_dim).clamp(-30.0, 20.0);
+  const at::Tensor z = at::GradMode::is_enabled() ? mean + at::exp(0.5 * logvar) * at::randn_like(mean) : mean;
+  VaeCache none, cache;
+  Outputs out;
+  out.set(kReconstruction, decoder->forward(post_quant_conv->forward(z, none), cache));
+  out.set(kPosteriorMean, mean);
+  out.set(kPosteriorLogvar, logvar);
+  return out;
+}
+
+void AutoencoderKLWan::init_weights(uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  int64_t last_fan_in = 1;
+  for (auto& [name, p] : named_parameters()) {
+    at::Tensor t = p;
+    if (name.size() >= 5 && name.compare(name.size() - 5, 5, "gamma") == 0) {
+      mm::nn::init_param_fill(t, 1.0);
+      continue;
+    }
+    // The bias's fan-in is its weight's: the weight is registered just before it.
+    const auto shape = mm::nn::full_shape(t);
+    if (shape.size() > 1) {
+      int64_t fan_in = 1;
+      for (size_t i = 1; i < shape.size(); ++i) fan_in *= shape[i];
+      last_fan_in = fan_in;
+    }
+    mm::nn::init_param_uniform(t, 1.0 / std::sqrt(static_cast<double>(last_fan_in)), gen);
+  }
+}
+
+double AutoencoderKLWan::input_tokens(const data::Batch& host) const {
+  const at::Tensor& v = host[data::kVideo];
+  return v.defined() ? static_cast<double>(v.numel() / std::max<int64_t>(1, v.size(1))) : 0.0;
+}
+
 std::shared_ptr<AutoencoderKLWan> load_wan_vae(const std::string& dir) {
   const nlohmann::json hf = checkpoint::read_hf_config(dir);
   if (hf.value("_class_name", "") != "AutoencoderKLWan")
@@ -384,5 +430,17 @@ std::shared_ptr<AutoencoderKLWan> load_wan_vae(const std::string& dir) {
   checkpoint::load_model_weights(*m, dir);
   return m;
 }
+
+namespace {
+const mm::Registrar kRegisterWanVAE(model_registry(), "wan_vae", [](const nlohmann::json& hf, const std::string& source, bool) {
+  return std::static_pointer_cast<Model>(std::make_shared<AutoencoderKLWan>(WanVAEConfig::from_json(hf, source)));
+});
+const mm::Registrar kSizeWanVAE(model_size_registry(), "wan_vae", [](const nlohmann::json& hf, const std::string& source, bool) {
+  // Built without storage (deferred) just to count: the VAE has no closed form worth keeping.
+  mm::nn::DeferredInitGuard deferred;
+  AutoencoderKLWan m(WanVAEConfig::from_json(hf, source));
+  return ModelSize{{{"vae", m.num_parameters()}}};
+});
+}  // namespace
 
 }  // namespace mm::models

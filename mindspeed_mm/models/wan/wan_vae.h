@@ -29,6 +29,7 @@
 
 #include "mindspeed_mm/core/module.h"
 #include "mindspeed_mm/models/common/hf_config.h"
+#include "mindspeed_mm/models/model.h"
 
 namespace mm::models {
 
@@ -137,9 +138,29 @@ class WanDecoder3d : public mm::nn::Module {
   std::shared_ptr<WanRMSNorm> norm_out;
 };
 
-class AutoencoderKLWan : public mm::nn::Module {
+// Outputs of the VAE as a trainable model (model.id: wan_vae, objective vae).
+inline constexpr std::string_view kReconstruction = "reconstruction";  // [B, 3, F, H, W], not clamped
+inline constexpr std::string_view kPosteriorMean = "posterior_mean";   // [B, z, f, h, w]
+inline constexpr std::string_view kPosteriorLogvar = "posterior_logvar";
+
+class AutoencoderKLWan : public Model {
  public:
   explicit AutoencoderKLWan(const WanVAEConfig& c);
+
+  // The Model interface (training the VAE): the batch's video through the encoder whole, a
+  // latent drawn from the posterior (its mean without grad mode), the decoder whole; outputs
+  // reconstruction and the posterior's mean and log-variance (clamped to [-30, 20] as diffusers).
+  Outputs forward(const data::Batch& batch) override;
+  std::vector<std::string> required_fields() const override { return {std::string(data::kVideo)}; }
+  std::string default_objective() const override { return "vae"; }
+  // PyTorch's default convolution init (uniform within 1 / sqrt(fan_in)); norm gammas 1.
+  void init_weights(uint64_t seed) override;
+  nlohmann::json hf_config() const override { return config.to_json(); }
+  std::vector<std::shared_ptr<mm::nn::Block>> blocks() override { return {}; }
+  std::vector<ModelPart> parts() const override { return {{"vae", ""}}; }
+  double input_tokens(const data::Batch& host) const override;  // pixels x frames
+  double training_flops(const data::Batch& host) const override { return 0; }  // not counted yet
+  std::string cost_summary(int64_t) const override { return "FLOPs not counted for the VAE yet"; }
 
   // video [B, in_channels, 1 + 4k, H, W] -> the posterior's moments [B, 2 z, 1 + k, H/8, W/8]
   // (mean, then log-variance). chunked: the first frame, then 4 frames at a time.

@@ -1,0 +1,67 @@
+// vae: training a video autoencoder (training.vae). Each sample's loss is its mean absolute
+// reconstruction error over pixels plus kl_weight times the mean KL divergence of its posterior
+// N(mean, exp(logvar)) from N(0, 1) per latent element; normalised by the step's samples.
+// Validation reports the reconstruction error alone (the decoder fed the posterior's mean) and,
+// beside it, the PSNR of the clips in [-1, 1].
+#include <cmath>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/models/wan/wan_vae.h"
+#include "mindspeed_mm/training/objectives/objective.h"
+
+namespace mm::training {
+namespace {
+
+using log::fixed;
+
+class VaeObjective : public Objective {
+ public:
+  explicit VaeObjective(const config::Config& cfg) : kl_weight_(cfg.training.vae.kl_weight) {}
+
+  std::vector<std::string> required_fields() const override { return {std::string(data::kVideo)}; }
+  std::string normalised_by() const override { return "samples"; }
+  double count(const data::Batch& host) const override { return static_cast<double>(host.require(data::kVideo).size(0)); }
+
+  at::Tensor loss_sum(const models::Outputs& out, const data::Batch& b) const override {
+    const at::Tensor l1 = reconstruction_l1(out, b);
+    const at::Tensor mean = out[models::kPosteriorMean].to(at::kFloat), logvar = out[models::kPosteriorLogvar].to(at::kFloat);
+    const at::Tensor kl = (0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar)).flatten(1).mean(1);
+    return (l1 + kl_weight_ * kl).sum();
+  }
+
+  EvalSums eval_sums(const models::Outputs& out, const data::Batch& b) const override {
+    const at::Tensor l1 = reconstruction_l1(out, b).to(at::kDouble);
+    const at::Tensor recon = out[models::kReconstruction].to(at::kFloat).clamp(-1, 1);
+    const at::Tensor mse = (recon - b.require(data::kVideo).to(at::kFloat)).pow(2).flatten(1).mean(1).to(at::kDouble);
+    return {l1.sum(), at::scalar_tensor(static_cast<double>(l1.size(0)), l1.options()),
+            at::stack({mse.sum(), at::scalar_tensor(static_cast<double>(mse.size(0)), mse.options())})};
+  }
+  int64_t eval_parts_size() const override { return 2; }
+  Report eval_parts(const std::vector<double>& parts) const override {
+    if (parts[1] <= 0) return {};
+    // Peak-to-peak 2 in [-1, 1]: PSNR = 10 log10(4 / MSE).
+    const double psnr = 10 * std::log10(4.0 / std::max(1e-12, parts[0] / parts[1]));
+    return {cat("PSNR ", fixed(psnr, 2), " dB"), {{"val_psnr", psnr}}};
+  }
+
+  std::string describe(double loss) const override { return cat("loss ", fixed(loss, 4)); }
+
+ private:
+  // Each sample's mean absolute error of the reconstruction [B].
+  static at::Tensor reconstruction_l1(const models::Outputs& out, const data::Batch& b) {
+    const at::Tensor recon = out[models::kReconstruction].to(at::kFloat);
+    const at::Tensor video = b.require(data::kVideo).to(at::kFloat);
+    MM_CHECK(recon.sizes() == video.sizes(), "vae: reconstruction ", recon.sizes(), " for videos ", video.sizes());
+    return (recon - video).abs().flatten(1).mean(1);
+  }
+
+  double kl_weight_;
+};
+
+Registrar vae(objective_registry(), "vae", [](const config::Config& cfg) -> std::unique_ptr<Objective> {
+  return std::make_unique<VaeObjective>(cfg);
+});
+
+}  // namespace
+}  // namespace mm::training
