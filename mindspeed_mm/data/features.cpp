@@ -206,8 +206,7 @@ TrainData make_features_data(const config::DataConfig& c, const DataContext& ctx
   auto set = std::make_shared<FeatureSet>(c.paths[0]);
   std::vector<int64_t> train, val;
   for (int64_t i = 0; i < set->samples; ++i) {
-    const double u = static_cast<double>(splitmix64(static_cast<uint64_t>(c.seed) * 0x100000001B3ull + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
-    (u < c.val_fraction ? val : train).push_back(i);
+    (held_out(static_cast<uint64_t>(c.seed), i, c.val_fraction) ? val : train).push_back(i);
   }
   if (static_cast<int64_t>(train.size()) < ctx.world)
     throw ConfigError(cat("data: ", c.paths[0], " has ", train.size(), " training samples, fewer than the ", ctx.world,

@@ -19,6 +19,13 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Whether item i of a dataset is held out for validation: a seeded hash of its index below
+// `fraction` (the same split on every rank and run).
+inline bool held_out(uint64_t seed, int64_t i, double fraction) {
+  const double u = static_cast<double>(splitmix64(seed * 0x100000001B3ULL + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;
+  return u < fraction;
+}
+
 // A tiny sequential PRNG: the splitmix64 stream. below(n) is exactly uniform (rejection sampling).
 class SplitMix64 {
  public:
