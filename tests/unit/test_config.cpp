@@ -72,7 +72,7 @@ TEST(Config, OverridesApplyAndAreChecked) {
   EXPECT_EQ(c.features.recompute[0], "model.layers.{*}");
   EXPECT_DOUBLE_EQ(c.training.optimizer.betas[1], 0.99);
   EXPECT_EQ(error_of(kBase, {"training.train_iters=-3"}), "config: training.train_iters must be >= 0 (got -3) on the command line");
-  EXPECT_EQ(error_of(kBase, {"training.nope=1"}), "config: unknown key 'training.nope' on the command line");
+  EXPECT_EQ(error_of(kBase, {"training.bogus_knob=1"}), "config: unknown key 'training.bogus_knob' on the command line");
   EXPECT_EQ(error_of(kBase, {"oops"}), "config: override 'oops' must look like key.sub=value");
 }
 
