@@ -30,6 +30,7 @@ bench: build
 	bash bench/run_train_step.sh $(BUILD)
 	bash bench/run_loader.sh $(BUILD)
 	bash bench/run_vl_step.sh $(BUILD)
+	bash bench/run_vae_decode.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
