@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -31,11 +32,33 @@ struct ExtractArgs {
   inference::ExtractOptions o;
 } extract_args;
 
+struct LatentStatsArgs {
+  std::string model, data, bucket = "64x64x17", media_root, device = "auto";
+  double fps = 16.0;
+  int64_t max_samples = 512;
+} stats_args;
+
+int run_latent_stats() {
+  LatentStatsArgs& a = stats_args;
+  const std::vector<inference::VideoBucket> b = inference::parse_buckets(a.bucket, "--size");
+  if (b.size() != 1) throw ConfigError("config: --size: give one HEIGHTxWIDTHxFRAMES");
+  const std::string vae_dir = std::filesystem::is_directory(a.model + "/vae") ? a.model + "/vae" : a.model;
+  auto vae = models::load_wan_vae(vae_dir);
+  vae->to(resolve_device(a.device, 0, "--device"));
+  const inference::LatentStats st = inference::latent_stats(*vae, a.data, b[0], a.fps, a.max_samples, a.media_root);
+  inference::write_latent_stats(vae_dir, st);
+  std::string m, s;
+  for (size_t c = 0; c < st.mean.size(); ++c) m += cat(c ? " " : "", std::lround(st.mean[c] * 1000) / 1000.0), s += cat(c ? " " : "", std::lround(st.std[c] * 1000) / 1000.0);
+  std::printf("latent-stats: %lld clips (%lld skipped): latents_mean [%s], latents_std [%s] written to %s/config.json\n",
+              static_cast<long long>(st.samples), static_cast<long long>(st.skipped), m.c_str(), s.c_str(), vae_dir.c_str());
+  return 0;
+}
+
 int run_extract_features() {
   ExtractArgs& a = extract_args;
   a.o.buckets = inference::parse_buckets(a.buckets);
   const at::Device device = resolve_device(a.device, 0, "--device");
-  const inference::WanPipeline pipe = inference::load_wan_pipeline(a.model, device);
+  const inference::WanPipeline pipe = inference::load_wan_pipeline(a.model, device, /*with_transformer=*/false);
   const inference::ExtractReport r = inference::extract_features(pipe, a.data, a.out, a.o, [](int64_t done, int64_t n) {
     if (done == n || done % 100 == 0) std::printf("extract-features: %lld/%lld records\n", static_cast<long long>(done),
                                                   static_cast<long long>(n));
@@ -214,7 +237,7 @@ void add_data_command(CLI::App& app) {
 
   auto* ex = c->add_subcommand("extract-features",
                                "Video + caption JSONL through a Wan pipeline's VAE and text encoder into feature shards");
-  ex->add_option("--model", extract_args.model, "Wan pipeline directory (vae/, text_encoder/, tokenizer/, transformer/)")->required();
+  ex->add_option("--model", extract_args.model, "Wan pipeline directory (vae/, text_encoder/, tokenizer/; transformer/ is not needed)")->required();
   ex->add_option("--data", extract_args.data, "JSONL of {\"path\": video, \"cap\": caption}")->required();
   ex->add_option("--out", extract_args.out, "a new features directory (data.dataset: features reads it)")->required();
   ex->add_option("--buckets", extract_args.buckets, "HEIGHTxWIDTHxFRAMES[,...]: each video goes to the nearest aspect it is long enough for");
@@ -224,6 +247,16 @@ void add_data_command(CLI::App& app) {
   ex->add_option("--max-bad-fraction", extract_args.o.max_bad_fraction, "error when more records than this are skipped (0.5)");
   ex->add_option("--device", extract_args.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
   register_action(ex, run_extract_features);
+
+  auto* ls = c->add_subcommand("latent-stats", "Measure a trained Wan VAE's per-channel latent mean and std and write them into its config.json");
+  ls->add_option("--model", stats_args.model, "a vae/ directory, or a pipeline directory holding one")->required();
+  ls->add_option("--data", stats_args.data, "JSONL of {\"path\": video}")->required();
+  ls->add_option("--size", stats_args.bucket, "HEIGHTxWIDTHxFRAMES each clip is taken at (64x64x17)");
+  ls->add_option("--fps", stats_args.fps, "frames are taken at this rate (16)");
+  ls->add_option("--max-samples", stats_args.max_samples, "clips to measure (512)");
+  ls->add_option("--media-root", stats_args.media_root, "folder relative video paths resolve against (default: the JSONL's)");
+  ls->add_option("--device", stats_args.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
+  register_action(ls, run_latent_stats);
 
   auto* mv = c->add_subcommand("moving-fashion-mnist",
                                "Fashion-MNIST garments sliding left, right, up or down as captioned H.264 clips + JSONL");

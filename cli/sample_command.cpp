@@ -4,12 +4,16 @@
 //             [--scheduler unipc|euler] [--fps 16] --out video.mp4
 //   mm sample --model DIR --prompts prompts.txt --out videos/clip.mp4   (clip_0.mp4, clip_1.mp4, ...)
 // Each video is an H.264 MP4 plus a PNG contact sheet of its frames beside it (same name, .png);
-// prompt k of a file uses seed + k.
+// prompt k of a file uses seed + k, and a JSONL beside the videos (videos/clip.jsonl) lists each
+// one as {"path", "cap", "seed"}, the records `mm data extract-features` and `mm judge` read.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/media/video_writer.h"
@@ -55,6 +59,7 @@ int run_sample() {
   const at::Device device = resolve_device(args.device, 0, "--device");
   std::printf("sample: loading %s on %s\n", args.model.c_str(), describe_device(device).c_str());
   const inference::WanPipeline pipe = inference::load_wan_pipeline(args.model, device);
+  std::string manifest;
   for (size_t k = 0; k < prompts.size(); ++k) {
     inference::WanSampleOptions o = args.o;
     o.seed = args.o.seed + k;
@@ -80,7 +85,10 @@ int run_sample() {
     data::write_contact_sheet(sheet, at::stack(frames), args.sheet_columns);
     std::printf("sample: wrote %s (%lld frames at %.0f fps) and %s\n", path.c_str(), static_cast<long long>(writer.frames()),
                 args.fps, sheet.c_str());
+    manifest += nlohmann::json({{"path", fs::path(path).filename().string()}, {"cap", prompts[k]}, {"seed", o.seed}}).dump() + "\n";
+    if (prompts.size() > 1) st::write_file_atomic(fs::path(args.out).replace_extension(".jsonl").string(), manifest);
   }
+  if (prompts.size() > 1) std::printf("sample: listed the videos in %s\n", fs::path(args.out).replace_extension(".jsonl").string().c_str());
   return 0;
 }
 

@@ -170,18 +170,23 @@ std::vector<std::string> HFWeights::files() const {
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+std::string weights_stem(const nlohmann::json& hf_config) {
+  return hf_config.is_object() && hf_config.contains("_class_name") ? "diffusion_pytorch_model" : "model";
+}
+
 void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                     uint64_t max_shard_bytes) {
+                     uint64_t max_shard_bytes, const std::string& stem) {
   for (const auto& [name, t] : tensors)
     if (!t.defined()) fail(dir, cat("tensor \"", name, "\" is undefined"));
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].first, i);
   save_hf_weights(dir, specs_of(tensors), [&](const std::string& name) { return tensors[index.at(name)].second; },
-                  max_shard_bytes);
+                  max_shard_bytes, stem);
 }
 
 void save_hf_weights(const std::string& dir, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
-                     uint64_t max_shard_bytes) {
+                     uint64_t max_shard_bytes, const std::string& stem) {
+  const std::string single_file = stem + ".safetensors", index_file = stem + ".safetensors.index.json";
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail(dir, cat("cannot create directory: ", ec.message()));
@@ -216,13 +221,14 @@ void save_hf_weights(const std::string& dir, const std::vector<TensorSpec>& spec
   const fs::path base(dir);
   std::set<std::string> written;
   if (shards.size() == 1) {
-    save_safetensors((base / kSingleFile).string(), shards[0], fetch, meta);
-    written.insert(kSingleFile);
+    save_safetensors((base / single_file).string(), shards[0], fetch, meta);
+    written.insert(single_file);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t i = 0; i < shards.size(); ++i) {
-      char file[64];
-      std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      char num[32];
+      std::snprintf(num, sizeof num, "-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      const std::string file = stem + num;
       save_safetensors((base / file).string(), shards[i], fetch, meta);
       for (const auto& spec : shards[i]) weight_map[spec.name] = file;
       written.insert(file);
@@ -231,16 +237,16 @@ void save_hf_weights(const std::string& dir, const std::vector<TensorSpec>& spec
     index["metadata"]["total_size"] = total_bytes;
     index["weight_map"] = std::move(weight_map);
     // json.dumps(index, indent=2, sort_keys=True) + "\n", as transformers writes it.
-    write_file_atomic((base / kIndexFile).string(), index.dump(2) + "\n");
-    written.insert(kIndexFile);
+    write_file_atomic((base / index_file).string(), index.dump(2) + "\n");
+    written.insert(index_file);
   }
 
   // Files of an earlier save that would otherwise shadow or confuse this one.
-  static const std::regex stale_shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  const std::regex stale_shard(stem + R"(-\d{5}-of-\d{5}\.safetensors)");
   std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(base, ec)) {
     const std::string name = e.path().filename().string();
-    const bool ours = name == kSingleFile || name == kIndexFile || std::regex_match(name, stale_shard);
+    const bool ours = name == single_file || name == index_file || std::regex_match(name, stale_shard);
     if (ours && !written.count(name)) stale.push_back(e.path());
   }
   for (const auto& p : stale) fs::remove(p, ec);

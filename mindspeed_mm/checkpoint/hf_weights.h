@@ -50,10 +50,13 @@ class HFWeights {
 // save_pretrained does: a tensor larger than max_shard_bytes gets a shard of its own, others fill
 // shards in order. Each file is written atomically with metadata {"format": "pt"}; the index goes
 // last, then stale files of an earlier save in DIR are removed. DIR is created if missing.
+// `stem` names the files: "model" (transformers) or "diffusion_pytorch_model" (diffusers).
 void save_hf_weights(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                     uint64_t max_shard_bytes = 5ull << 30);
+                     uint64_t max_shard_bytes = 5ull << 30, const std::string& stem = "model");
 // The same, streaming: each tensor's data comes from fetch, in specs' order, one at a time.
 void save_hf_weights(const std::string& dir, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
-                     uint64_t max_shard_bytes = 5ull << 30);
+                     uint64_t max_shard_bytes = 5ull << 30, const std::string& stem = "model");
+// The stem a model directory's weights take: diffusers' (config.json has "_class_name") or transformers'.
+std::string weights_stem(const nlohmann::json& hf_config);
 
 }  // namespace mm::st

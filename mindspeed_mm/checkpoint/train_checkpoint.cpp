@@ -489,7 +489,7 @@ void export_hf_directory(const std::string& dir, const nlohmann::json& hf_config
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(cat("export: cannot create '", dir, "': ", ec.message()));
-  st::save_hf_weights(dir, detached(model.named_parameters()), max_shard_bytes);  // streamed to the host
+  st::save_hf_weights(dir, detached(model.named_parameters()), max_shard_bytes, st::weights_stem(hf_config));  // streamed to the host
   st::write_file_atomic((fs::path(dir) / "config.json").string(), hf_config.dump(2) + "\n");
 }
 
@@ -498,7 +498,7 @@ void export_hf_streaming(const std::string& dir, const nlohmann::json& hf_config
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(cat("export: cannot create '", dir, "': ", ec.message()));
-  st::save_hf_weights(dir, specs, fetch, max_shard_bytes);
+  st::save_hf_weights(dir, specs, fetch, max_shard_bytes, st::weights_stem(hf_config));
   st::write_file_atomic((fs::path(dir) / "config.json").string(), hf_config.dump(2) + "\n");
 }
 

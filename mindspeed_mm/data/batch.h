@@ -47,6 +47,7 @@ inline constexpr std::string_view kSampleIds = "sample_ids";
 inline constexpr std::string_view kNoisyLatents = "noisy_latents";           // [B, C, F, H, W]
 inline constexpr std::string_view kTimesteps = "timesteps";                  // float [B], in [0, 1000)
 inline constexpr std::string_view kFlowTarget = "flow_target";               // noise - latents
+inline constexpr std::string_view kNoiseSeeds = "noise_seeds";               // int64 [B]: a seed per sample's draws
 
 // Named tensors in insertion order (a handful per batch: a linear search is the fast lookup).
 class TensorMap {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/features.h"
@@ -107,6 +108,63 @@ ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl
                     o.max_bad_fraction * 100, "%"));
   writer.finish(encode_prompts(pipe, {""}, o.max_sequence_length)[0].cpu());
   return rep;
+}
+
+LatentStats latent_stats(const models::AutoencoderKLWan& vae, const std::string& jsonl, const VideoBucket& bucket, double fps,
+                         int64_t max_samples, const std::string& media_root) {
+  std::ifstream in(jsonl);
+  if (!in) throw Error(cat("data: ", jsonl, ": cannot open"));
+  const fs::path root = media_root.empty() ? fs::path(jsonl).parent_path() : fs::path(media_root);
+  const int64_t z = vae.config.z_dim;
+  at::Tensor sum = at::zeros({z}, at::kDouble), sumsq = at::zeros({z}, at::kDouble);
+  int64_t count = 0, line_no = 0;
+  LatentStats st;
+  const at::Device device = vae.quant_conv->weight.device();
+  at::NoGradGuard no_grad;
+  for (std::string line; st.samples < max_samples && std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      nlohmann::json r;
+      try {
+        r = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(cat("not valid JSON (", e.what(), ")"));
+      }
+      if (!r.is_object() || !r.contains("path") || !r["path"].is_string()) throw Error("has no \"path\" string");
+      fs::path path = r["path"].get<std::string>();
+      if (path.is_relative()) path = root / path;
+      const at::Tensor clip = data::load_video_clip(path.string(), bucket.height, bucket.width, bucket.frames, fps);
+      const at::Tensor mean = vae.encode_moments(clip.unsqueeze(0).to(device)).narrow(1, 0, z).to(at::kDouble).cpu();
+      sum += mean.sum({0, 2, 3, 4});
+      sumsq += mean.square().sum({0, 2, 3, 4});
+      count += mean.numel() / z;
+      ++st.samples;
+    } catch (const Error& e) {
+      ++st.skipped;
+      log::warn("data: skipped ", jsonl, ":", line_no, ": ", e.what());
+    }
+  }
+  if (st.samples == 0) throw Error(cat("data: ", jsonl, ": no clip could be encoded for latent statistics"));
+  const at::Tensor m = sum / static_cast<double>(count);
+  const at::Tensor sd = (sumsq / static_cast<double>(count) - m.square()).clamp_min(1e-12).sqrt();
+  for (int64_t c = 0; c < z; ++c) st.mean.push_back(m[c].item<double>()), st.std.push_back(sd[c].item<double>());
+  return st;
+}
+
+void write_latent_stats(const std::string& vae_dir, const LatentStats& stats) {
+  const std::string path = vae_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw Error(cat("data: ", path, ": cannot open"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("data: ", path, ": not JSON (", e.what(), ")"));
+  }
+  j["latents_mean"] = stats.mean;
+  j["latents_std"] = stats.std;
+  st::write_file_atomic(path, j.dump(2) + "\n");
 }
 
 }  // namespace mm::inference

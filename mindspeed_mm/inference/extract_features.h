@@ -44,4 +44,17 @@ struct ExtractReport {
 ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl, const std::string& out,
                                const ExtractOptions& o, const std::function<void(int64_t, int64_t)>& progress = {});
 
+// Per-channel mean and standard deviation of a VAE's posterior means over the clips of a
+// video JSONL (each taken at `bucket` and `fps`; at most max_samples; bad clips skipped with a
+// warning): the latents_mean / latents_std a Wan VAE's config.json carries, so that the
+// transformer sees latents of unit scale. For a VAE trained here (`model.id: wan_vae`).
+struct LatentStats {
+  std::vector<double> mean, std;
+  int64_t samples = 0, skipped = 0;
+};
+LatentStats latent_stats(const models::AutoencoderKLWan& vae, const std::string& jsonl, const VideoBucket& bucket, double fps,
+                         int64_t max_samples, const std::string& media_root = "");
+// Writes them into VAE_DIR/config.json (atomically; the other fields kept).
+void write_latent_stats(const std::string& vae_dir, const LatentStats& stats);
+
 }  // namespace mm::inference

@@ -13,20 +13,23 @@ namespace fs = std::filesystem;
 
 namespace mm::inference {
 
-WanPipeline load_wan_pipeline(const std::string& dir, at::Device device) {
+WanPipeline load_wan_pipeline(const std::string& dir, at::Device device, bool with_transformer) {
   for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer"})
-    if (!fs::is_directory(fs::path(dir) / part))
+    if ((with_transformer || std::string(part) != "transformer") && !fs::is_directory(fs::path(dir) / part))
       throw Error(cat("sample: ", dir, " has no ", part, "/ directory: not a Wan pipeline (diffusers' layout: transformer/, "
                       "vae/, text_encoder/, tokenizer/)"));
   WanPipeline p;
+  p.vae = models::load_wan_vae(dir + "/vae");
+  p.text_encoder = models::load_umt5_encoder(dir + "/text_encoder");
+  p.tokenizer = std::make_shared<data::PretrainedTokenizer>(data::load_pretrained_tokenizer(dir + "/tokenizer"));
+  p.vae->to(device);
+  p.text_encoder->to(device);
+  if (!with_transformer) return p;
   const std::string tdir = dir + "/transformer";
   const nlohmann::json hf = checkpoint::read_hf_config(tdir);
   p.transformer = std::make_shared<models::WanTransformer3DModel>(
       models::WanDiTConfig::from_json(hf, tdir + "/config.json", false));
   checkpoint::load_model_weights(*p.transformer, tdir, {}, [&](const std::string& k) { return p.transformer->parameter_name(k); });
-  p.vae = models::load_wan_vae(dir + "/vae");
-  p.text_encoder = models::load_umt5_encoder(dir + "/text_encoder");
-  p.tokenizer = std::make_shared<data::PretrainedTokenizer>(data::load_pretrained_tokenizer(dir + "/tokenizer"));
   if (p.text_encoder->config.d_model != p.transformer->config.text_dim)
     throw Error(cat("sample: ", dir, ": the text encoder's width ", p.text_encoder->config.d_model,
                     " is not the transformer's text_dim ", p.transformer->config.text_dim));
@@ -34,8 +37,6 @@ WanPipeline load_wan_pipeline(const std::string& dir, at::Device device) {
     throw Error(cat("sample: ", dir, ": the VAE's z_dim ", p.vae->config.z_dim, " is not the transformer's in_channels ",
                     p.transformer->config.in_channels));
   p.transformer->to(device);
-  p.vae->to(device);
-  p.text_encoder->to(device);
   return p;
 }
 

@@ -29,8 +29,10 @@ struct WanPipeline {
 };
 
 // DIR/{transformer,vae,text_encoder,tokenizer}; each part's weights checked by name and shape.
-// mm::Error naming the part and path when one is missing or does not fit.
-WanPipeline load_wan_pipeline(const std::string& dir, at::Device device = at::kCPU);
+// mm::Error naming the part and path when one is missing or does not fit. Without
+// `with_transformer` (feature extraction before any transformer is trained) transformer/ is
+// neither needed nor read and `transformer` stays empty.
+WanPipeline load_wan_pipeline(const std::string& dir, at::Device device = at::kCPU, bool with_transformer = true);
 
 // diffusers' prompt_clean without ftfy: HTML entities unescaped twice, whitespace runs collapsed, trimmed.
 std::string clean_prompt(const std::string& text);

@@ -3,7 +3,12 @@
 #include <cmath>
 #include <limits>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <filesystem>
+
+#include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/models/common/attention.h"
 
@@ -146,6 +151,32 @@ std::shared_ptr<UMT5EncoderModel> load_umt5_encoder(const std::string& dir) {
   auto m = std::make_shared<UMT5EncoderModel>(UMT5Config::from_json(hf, dir + "/config.json", false));
   checkpoint::load_model_weights(*m, dir, UMT5EncoderModel::optional_checkpoint_tensors());
   return m;
+}
+
+void init_umt5_weights(UMT5EncoderModel& m, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const UMT5Config& c = m.config;
+  const double dm = static_cast<double>(c.d_model);
+  mm::nn::init_param_normal(m.shared->weight, 1.0, gen);
+  for (auto& b : m.blocks) {
+    mm::nn::init_param_fill(b->attn_norm->weight, 1.0);
+    mm::nn::init_param_fill(b->ff_norm->weight, 1.0);
+    mm::nn::init_param_normal(b->attn->q->weight, 1.0 / std::sqrt(dm * static_cast<double>(c.d_kv)), gen);
+    mm::nn::init_param_normal(b->attn->k->weight, 1.0 / std::sqrt(dm), gen);
+    mm::nn::init_param_normal(b->attn->v->weight, 1.0 / std::sqrt(dm), gen);
+    mm::nn::init_param_normal(b->attn->o->weight, 1.0 / std::sqrt(static_cast<double>(c.num_heads * c.d_kv)), gen);
+    mm::nn::init_param_normal(b->attn->relative_attention_bias->weight, 1.0 / std::sqrt(dm), gen);
+    mm::nn::init_param_normal(b->wi_0->weight, 1.0 / std::sqrt(dm), gen);
+    mm::nn::init_param_normal(b->wi_1->weight, 1.0 / std::sqrt(dm), gen);
+    mm::nn::init_param_normal(b->wo->weight, 1.0 / std::sqrt(static_cast<double>(c.d_ff)), gen);
+  }
+  mm::nn::init_param_fill(m.final_layer_norm->weight, 1.0);
+}
+
+void save_umt5_encoder(const UMT5EncoderModel& m, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  st::save_safetensors(dir + "/model.safetensors", m.named_parameters(), {{"format", "pt"}});
+  st::write_file_atomic(dir + "/config.json", m.config.to_json().dump(2) + "\n");
 }
 
 }  // namespace mm::models

@@ -101,4 +101,13 @@ class UMT5EncoderModel : public mm::nn::Module {
 // An encoder directory (config.json with model_type umt5 + safetensors) loaded in fp32.
 std::shared_ptr<UMT5EncoderModel> load_umt5_encoder(const std::string& dir);
 
+// transformers' T5 initialisation (initializer_factor 1): embedding N(0, 1); q N(0, (d_model d_kv)^-1/2),
+// k and v N(0, d_model^-1/2), o N(0, (heads d_kv)^-1/2), relative bias and wi_* N(0, d_model^-1/2),
+// wo N(0, d_ff^-1/2); norms 1. Deterministic in `seed`.
+void init_umt5_weights(UMT5EncoderModel& m, uint64_t seed);
+
+// DIR/config.json + DIR/model.safetensors (each written atomically), a directory
+// load_umt5_encoder and transformers' UMT5EncoderModel.from_pretrained read.
+void save_umt5_encoder(const UMT5EncoderModel& m, const std::string& dir);
+
 }  // namespace mm::models

@@ -387,7 +387,18 @@ Outputs AutoencoderKLWan::forward(const data::Batch& batch) {
   const at::Tensor moments = encode_moments(batch.require_tensor(data::kVideo), /*chunked=*/false);
   const at::Tensor mean = moments.narrow(1, 0, config.z_dim);
   const at::Tensor logvar = moments.narrow(1, config.z_dim, config.z_dim).clamp(-30.0, 20.0);
-  const at::Tensor z = at::GradMode::is_enabled() ? mean + at::exp(0.5 * logvar) * at::randn_like(mean) : mean;
+  // A posterior sample when the batch carries a noise seed per sample (the vae objective's
+  // training steps), else the mean.
+  at::Tensor z = mean;
+  if (batch.has(data::kNoiseSeeds)) {
+    const at::Tensor seeds = batch.require(data::kNoiseSeeds).to(at::kCPU).to(at::kLong).contiguous();
+    std::vector<at::Tensor> noise;
+    for (int64_t i = 0; i < mean.size(0); ++i) {
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seeds[i].item<int64_t>()));
+      noise.push_back(at::randn(mean[i].sizes(), gen).to(mean.dtype()));
+    }
+    z = mean + at::exp(0.5 * logvar) * at::stack(noise).to(mean.device());
+  }
   VaeCache none, cache;
   Outputs out;
   out.set(kReconstruction, decoder->forward(post_quant_conv->forward(z, none), cache));

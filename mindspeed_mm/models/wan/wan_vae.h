@@ -152,6 +152,7 @@ class AutoencoderKLWan : public Model {
   // reconstruction and the posterior's mean and log-variance (clamped to [-30, 20] as diffusers).
   Outputs forward(const data::Batch& batch) override;
   std::vector<std::string> required_fields() const override { return {std::string(data::kVideo)}; }
+  std::vector<std::string> optional_fields() const override { return {std::string(data::kNoiseSeeds)}; }
   std::string default_objective() const override { return "vae"; }
   // PyTorch's default convolution init (uniform within 1 / sqrt(fan_in)); norm gammas 1.
   void init_weights(uint64_t seed) override;

@@ -26,13 +26,6 @@ using log::fixed;
 constexpr int64_t kBuckets = 4;
 constexpr std::string_view kWeights = "flow_weights";  // per-sample loss weights [B]
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 class FlowMatchingObjective : public Objective {
  public:
   explicit FlowMatchingObjective(const config::Config& cfg)
@@ -78,8 +71,7 @@ class FlowMatchingObjective : public Objective {
     std::vector<bool> drop(static_cast<size_t>(x0.size(0)), false);
     for (int64_t i = 0; i < x0.size(0); ++i) {
       const uint64_t id = static_cast<uint64_t>(ids[i].item<int64_t>());
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(
-          splitmix64(splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(step))) ^ id));
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(draw_seed(seed_, step, id));
       if (validation) {
         const at::Tensor z = at::randn(shape, gen);
         for (int64_t j = 0; j < kBuckets; ++j) {

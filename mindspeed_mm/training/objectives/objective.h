@@ -51,6 +51,8 @@ class Objective {
   // kValidationStep (fixed timesteps and noise: comparable from one evaluation to the next).
   static constexpr int64_t kValidationStep = -1;
   virtual void prepare(data::Batch& batch, int64_t step) const {}
+  // The seed of sample `id`'s draws at `step` of a run seeded `seed` (splitmix64 mixing).
+  static uint64_t draw_seed(uint64_t seed, int64_t step, uint64_t id);
   // What the loss is normalised by, in words ("tokens", "samples").
   virtual std::string normalised_by() const = 0;
   // How many of those a micro-batch holds, read from its host copy before the forward (no

@@ -17,17 +17,37 @@ using log::fixed;
 
 class VaeObjective : public Objective {
  public:
-  explicit VaeObjective(const config::Config& cfg) : kl_weight_(cfg.training.vae.kl_weight) {}
+  explicit VaeObjective(const config::Config& cfg)
+      : kl_weight_(cfg.training.vae.kl_weight), l1_weight_(cfg.training.vae.l1_weight), mse_weight_(cfg.training.vae.mse_weight),
+        sample_(cfg.training.vae.sample_posterior), seed_(static_cast<uint64_t>(cfg.training.seed)) {
+    if (l1_weight_ == 0 && mse_weight_ == 0)
+      throw ConfigError("config: training.vae: l1_weight and mse_weight are both 0: nothing to reconstruct by");
+  }
 
   std::vector<std::string> required_fields() const override { return {std::string(data::kVideo)}; }
+  std::vector<std::string> optional_fields() const override { return {std::string(data::kSampleIds)}; }
+  std::vector<std::string> provided_fields() const override { return {std::string(data::kNoiseSeeds)}; }
+
+  // Training steps get a seed per sample for the posterior's noise (validation decodes the mean).
+  void prepare(data::Batch& b, int64_t step) const override {
+    if (!sample_ || step == kValidationStep || !b.has(data::kSampleIds)) return;
+    const at::Tensor ids = b.require(data::kSampleIds).to(at::kCPU).to(at::kLong).contiguous();
+    at::Tensor seeds = at::empty({ids.numel()}, at::kLong);
+    for (int64_t i = 0; i < ids.numel(); ++i)
+      seeds[i] = static_cast<int64_t>(draw_seed(seed_, step, static_cast<uint64_t>(ids[i].item<int64_t>())) >> 1);
+    b.set(data::kNoiseSeeds, seeds);
+  }
   std::string normalised_by() const override { return "samples"; }
   double count(const data::Batch& host) const override { return static_cast<double>(host.require(data::kVideo).size(0)); }
 
   at::Tensor loss_sum(const models::Outputs& out, const data::Batch& b) const override {
-    const at::Tensor l1 = reconstruction_l1(out, b);
+    const at::Tensor diff = out[models::kReconstruction].to(at::kFloat) - b.require(data::kVideo).to(at::kFloat);
+    at::Tensor recon = at::zeros({diff.size(0)}, diff.options());
+    if (l1_weight_ > 0) recon = recon + l1_weight_ * diff.abs().flatten(1).mean(1);
+    if (mse_weight_ > 0) recon = recon + mse_weight_ * diff.square().flatten(1).mean(1);
     const at::Tensor mean = out[models::kPosteriorMean].to(at::kFloat), logvar = out[models::kPosteriorLogvar].to(at::kFloat);
     const at::Tensor kl = (0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar)).flatten(1).mean(1);
-    return (l1 + kl_weight_ * kl).sum();
+    return (recon + kl_weight_ * kl).sum();
   }
 
   EvalSums eval_sums(const models::Outputs& out, const data::Batch& b) const override {
@@ -56,7 +76,9 @@ class VaeObjective : public Objective {
     return (recon - video).abs().flatten(1).mean(1);
   }
 
-  double kl_weight_;
+  double kl_weight_, l1_weight_, mse_weight_;
+  bool sample_;
+  uint64_t seed_;
 };
 
 Registrar vae(objective_registry(), "vae", [](const config::Config& cfg) -> std::unique_ptr<Objective> {
