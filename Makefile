@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: deps build quickstart quickstart-text test bench clean
+.PHONY: deps build quickstart quickstart-text quickstart-video test bench clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -22,6 +22,9 @@ quickstart: build
 
 quickstart-text: build
 	bash examples/qwen2/quickstart.sh $(BUILD)/mm
+
+quickstart-video: build
+	bash examples/wan2.1/quickstart.sh $(BUILD)/mm
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

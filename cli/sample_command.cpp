@@ -5,7 +5,9 @@
 //   mm sample --model DIR --prompts prompts.txt --out videos/clip.mp4   (clip_0.mp4, clip_1.mp4, ...)
 // Each video is an H.264 MP4 plus a PNG contact sheet of its frames beside it (same name, .png);
 // prompt k of a file uses seed + k, and a JSONL beside the videos (videos/clip.jsonl) lists each
-// one as {"path", "cap", "seed"}, the records `mm data extract-features` and `mm judge` read.
+// one as {"path", "cap", "seed"}, the records `mm data extract-features` and `mm judge` read, and
+// videos/clip.png is a sheet of every video's frames, four videos to a row.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +62,7 @@ int run_sample() {
   std::printf("sample: loading %s on %s\n", args.model.c_str(), describe_device(device).c_str());
   const inference::WanPipeline pipe = inference::load_wan_pipeline(args.model, device);
   std::string manifest;
+  std::vector<at::Tensor> all_frames;
   for (size_t k = 0; k < prompts.size(); ++k) {
     inference::WanSampleOptions o = args.o;
     o.seed = args.o.seed + k;
@@ -83,12 +86,20 @@ int run_sample() {
     writer.close();
     const std::string sheet = fs::path(path).replace_extension(".png").string();
     data::write_contact_sheet(sheet, at::stack(frames), args.sheet_columns);
+    if (prompts.size() > 1) all_frames.insert(all_frames.end(), frames.begin(), frames.end());
     std::printf("sample: wrote %s (%lld frames at %.0f fps) and %s\n", path.c_str(), static_cast<long long>(writer.frames()),
                 args.fps, sheet.c_str());
     manifest += nlohmann::json({{"path", fs::path(path).filename().string()}, {"cap", prompts[k]}, {"seed", o.seed}}).dump() + "\n";
     if (prompts.size() > 1) st::write_file_atomic(fs::path(args.out).replace_extension(".jsonl").string(), manifest);
   }
-  if (prompts.size() > 1) std::printf("sample: listed the videos in %s\n", fs::path(args.out).replace_extension(".jsonl").string().c_str());
+  if (prompts.size() > 1) {
+    // One sheet of every video, four to a row, each video's frames left to right.
+    const std::string sheet = fs::path(args.out).replace_extension(".png").string();
+    const int per_video = static_cast<int>(all_frames.size() / prompts.size());
+    data::write_contact_sheet(sheet, at::stack(all_frames), per_video * static_cast<int>(std::min<size_t>(4, prompts.size())));
+    std::printf("sample: listed the videos in %s; all of them in %s (four to a row)\n",
+                fs::path(args.out).replace_extension(".jsonl").string().c_str(), sheet.c_str());
+  }
   return 0;
 }
 

@@ -9,9 +9,10 @@
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
 set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
     TensorParallelTrain PipelineTrain)
-set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess)
+set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
+    FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
-    WanVAETrain LatentStats Judge)
+    WanVAETrain LatentStats Judge QuickstartVideo)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer

@@ -38,7 +38,7 @@ struct PlanTable {
   // The FSDP units when parallel.fsdp.units is empty: the repeated blocks ("model.layers.{*}").
   std::vector<std::string> fsdp_units;
   // Tensor parallelism: (pattern, style), the styles of training/tensor_parallel_plan.h
-  // (colwise, rowwise, heads, kv_colwise, qkv_colwise, vocab, vocab_head, vocab_tied).
+  // (colwise, rowwise, heads, kv_colwise, qkv_colwise, vocab, vocab_head, vocab_tied, colwise_norm).
   std::vector<std::pair<std::string, std::string>> tensor_parallel;
   // Sequence parallelism: the blocks whose hidden states [B, S, hidden] are sharded along the
   // sequence between the first and the last of them ("model.layers.{*}").

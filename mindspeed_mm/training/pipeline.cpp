@@ -332,6 +332,13 @@ namespace {
 // Tags keep every message of a step apart: (micro, chunk, direction, slot).
 int tag_of(int micro, int chunk, bool backward, int slot) { return ((micro * 64 + chunk) * 2 + (backward ? 1 : 0)) * 64 + slot; }
 
+// Where a batch's tensors are: its first field that moved with it (host fields stay on the CPU).
+at::Device batch_device(const data::Batch& b) {
+  for (const auto& f : b.fields())
+    if (!f.host && f.tensor.defined()) return f.tensor.device();
+  return at::kCPU;
+}
+
 }  // namespace
 
 void PipelineRunner::send_carry(const models::Outputs& carry, int to, int tag,
@@ -381,7 +388,7 @@ double PipelineRunner::run_step(const std::vector<data::Batch>& micro, const Obj
   const int C = layout_.num_chunks(), M = static_cast<int>(micro.size());
   MM_CHECK(M < 1024 && C <= 64, "pipeline: at most 1023 micro-batches and 64 chunks");
   const auto actions = pipeline_schedule(stage_, layout_.stages, M, layout_.virtual_chunks);
-  const at::Device device = micro.front().require(data::kInputIds).device();
+  const at::Device device = batch_device(micro.front());
   struct Slot {
     models::Outputs in, out;
     at::Tensor loss;
@@ -450,9 +457,11 @@ double PipelineRunner::run_step(const std::vector<data::Batch>& micro, const Obj
 EvalSums PipelineRunner::eval_sums(const data::Batch& batch, const Objective& objective) {
   at::NoGradGuard no_grad;
   const int C = layout_.num_chunks();
-  const at::Device device = batch.require(data::kInputIds).device();
+  const at::Device device = batch_device(batch);
   std::vector<std::shared_ptr<parallel::PendingWork>> sends;
-  at::Tensor sums = at::zeros({2}, at::kDouble);
+  // Loss sum, count and the objective's parts (per timestep bucket), from the last stage.
+  const int64_t n_parts = objective.eval_parts_size();
+  at::Tensor sums = at::zeros({2 + n_parts}, at::kDouble);
   for (int c = stage_; c < C; c += layout_.stages) {
     models::Outputs carry;
     if (c > 0) carry = recv_carry(layout_.stage_of(c - 1), tag_of(1023, c, false, 0), device);
@@ -461,13 +470,16 @@ EvalSums PipelineRunner::eval_sums(const data::Batch& batch, const Objective& ob
       EvalSums s = objective.eval_sums(carry, batch);
       sums[0] = s.sum.to(at::kCPU, at::kDouble).item<double>();
       sums[1] = s.count.to(at::kCPU, at::kDouble).item<double>();
+      if (n_parts > 0) sums.narrow(0, 2, n_parts).copy_(s.parts.to(at::kCPU, at::kDouble));
     } else {
       send_carry(carry, layout_.stage_of(c + 1), tag_of(1023, c + 1, false, 0), sends);
     }
   }
   for (auto& w : sends) w->wait();
   pp_->all_reduce(sums);
-  return {sums[0].clone(), sums[1].clone()};
+  EvalSums out{sums[0].clone(), sums[1].clone()};
+  if (n_parts > 0) out.parts = sums.narrow(0, 2, n_parts).clone();
+  return out;
 }
 
 }  // namespace mm::training

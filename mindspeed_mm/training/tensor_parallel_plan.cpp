@@ -7,13 +7,14 @@
 #include "mindspeed_mm/core/pattern.h"
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/linear.h"
+#include "mindspeed_mm/models/common/norm.h"
 #include "mindspeed_mm/training/plans.h"
 
 namespace mm::training {
 namespace {
 
-const std::vector<std::string> kStyles = {"colwise", "rowwise",    "heads",      "kv_colwise",
-                                          "qkv_colwise", "vocab", "vocab_head", "vocab_tied"};
+const std::vector<std::string> kStyles = {"colwise", "rowwise",    "heads",      "kv_colwise",  "qkv_colwise",
+                                          "vocab",   "vocab_head", "vocab_tied", "colwise_norm"};
 
 struct Target {
   std::string path, style;
@@ -85,7 +86,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
   for (const auto& [pattern, style] : plan) {
     if (std::find(kStyles.begin(), kStyles.end(), style) == kStyles.end())
       throw ConfigError(cat("config: tensor-parallel plan '", pattern, "': unknown style '", style,
-                            "' (colwise, rowwise, heads, kv_colwise, qkv_colwise, vocab, vocab_head, vocab_tied)"));
+                            "' (colwise, rowwise, heads, kv_colwise, qkv_colwise, vocab, vocab_head, vocab_tied, colwise_norm)"));
     patterns.emplace_back(pattern);
   }
   auto fail = [&](const std::string& path, const std::string& what) -> void {
@@ -134,6 +135,10 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
         if (kv % n != 0 && n % kv != 0)
           fail(path, cat("has ", kv, " key/value heads: they must divide by ", n, " or divide ", n,
                          " (then each rank keeps a copy of one)"));
+      } else if (style == "colwise_norm") {
+        auto* norm = dynamic_cast<models::RMSNorm*>(&m);
+        if (!norm) fail(path, cat("is a ", m.type_name(), ", not an RMSNorm (colwise_norm)"));
+        if (norm->dim % n != 0) fail(path, cat("has ", norm->dim, " features, which do not divide by ", n));
       } else if (style == "vocab" || style == "vocab_tied") {
         auto* e = dynamic_cast<models::Embedding*>(&m);
         if (!e) fail(path, cat("is a ", m.type_name(), ", not an Embedding (", style, ")"));
@@ -202,6 +207,19 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
       auto* h = dynamic_cast<models::HeadSplittable*>(t.module);
       const auto [q, kv] = h->heads();
       h->keep_heads(q / n, kv % n == 0 ? kv / n : 1);
+      continue;
+    }
+    if (t.style == "colwise_norm") {
+      // The features come split from a colwise layer: each rank's mean of squares over its
+      // features, scaled by 1/n, summed over the group is the full mean. Its gradient is the sum
+      // of every rank's (each rank's output feeds only its own features' downstream work).
+      auto* norm = static_cast<models::RMSNorm*>(t.module);
+      keep(pre + "weight", norm->weight, {}, 0);
+      norm->dim /= n;
+      norm->parallel_forward = [tp, n](const models::RMSNorm& m, const at::Tensor& x) {
+        const at::Tensor part = m.mean_square(x) / static_cast<double>(n);
+        return m.normalize(x, parallel::reduce_from_tp_region(parallel::copy_to_tp_region(part, tp), tp));
+      };
       continue;
     }
     if (t.style == "vocab" || t.style == "vocab_tied") {

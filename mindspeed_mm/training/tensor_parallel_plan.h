@@ -13,6 +13,8 @@
 //   vocab        Embedding: vocabulary split; ids outside this rank's rows look up zeros, summed
 //   vocab_head   Linear LM head: vocabulary split, logits left split for the vocabulary-parallel loss
 //   vocab_tied   Embedding whose weight is also the LM head (Embedding::attend): both of the above
+//   colwise_norm RMSNorm over features a colwise layer split (Wan's q/k norm across heads): its
+//                weight split, the mean of squares summed over the group
 // Each rank keeps its slice of every split weight (set_data: the parameter objects stay the ones
 // the optimizer and checkpoints see; a deferred parameter stays deferred with its new shape and
 // records its full shape for initialisation); the layers run through the regions of

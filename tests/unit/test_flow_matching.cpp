@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "metrics_file.h"
 #include "mindspeed_mm/config/config.h"
@@ -263,6 +264,45 @@ TEST(FlowMatchingTrain, FsdpDdpAndRecomputeEqualOneProcess) {
   for (const auto& [name, cmd] : layouts) {
     const std::string metrics = dir + "/run" + std::to_string(&name - &layouts[0].first) + ".jsonl";
     auto r = run_command(cmd + common + "training.metrics_file=" + metrics);
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    auto b = mm::test::metrics_losses(metrics);
+    ASSERT_EQ(b.size(), 10u) << name;
+    double worst = 0;
+    for (int64_t it = 1; it <= 10; ++it) {
+      EXPECT_NEAR(b[it], a[it], 1e-5 * std::abs(a[it])) << name << " iteration " << it;
+      worst = std::max(worst, std::abs(b[it] - a[it]) / std::abs(a[it]));
+    }
+    auto vb = mm::test::metrics_val_losses(metrics);
+    ASSERT_EQ(va.size(), vb.size()) << name;
+    for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::abs(va[i])) << name;
+    std::printf("flow matching, %s: max relative loss difference over 10 steps %.2e\n", name.c_str(), worst);
+  }
+}
+
+// The DiT under the model's tensor-parallel plan (heads split, q/k RMSNorm across the split
+// heads, MLP split) and pipeline parallelism (the blocks over stages, the text features and
+// modulation carried between them), alone and together: the same losses as one process.
+TEST(FlowMatchingTrain, TensorAndPipelineParallelEqualOneProcess) {
+  const std::string dir = mm::test::fresh_dir("flow_tp_pp");
+  data::write_features(dir + "/features", toy_features(64, 3));
+  const std::string cfg = train_config(dir, dir + "/features");
+  const std::string mm = mm::test::mm_binary();
+  const std::string common = " training.train_iters=10 training.eval_interval=5 training.micro_batch_size=2 "
+                             "training.gradient_accumulation_steps=2 ";
+  auto one = run_command(mm + " train " + cfg + common + "training.metrics_file=" + dir + "/one.jsonl");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto a = mm::test::metrics_losses(dir + "/one.jsonl");
+  auto va = mm::test::metrics_val_losses(dir + "/one.jsonl");
+  ASSERT_EQ(a.size(), 10u);
+  const std::tuple<std::string, int, std::string> layouts[] = {
+      {"TP2", 2, "parallel.tensor_parallel_size=2"},
+      {"PP2", 2, "parallel.pipeline_parallel_size=2"},
+      {"TP2xPP2", 4, "parallel.tensor_parallel_size=2 parallel.pipeline_parallel_size=2"},
+  };
+  for (const auto& [name, ranks, overrides] : layouts) {
+    const std::string metrics = dir + "/" + name + ".jsonl";
+    auto r = run_command(mm::test::mm_launch(ranks) + mm + " train " + cfg + common + overrides +
+                         " training.metrics_file=" + metrics);
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     auto b = mm::test::metrics_losses(metrics);
     ASSERT_EQ(b.size(), 10u) << name;

@@ -67,6 +67,10 @@ TEST(WanPipeline, PromptsAndSamplesEqualDiffusers) {
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_NE(s.output.find("2/2 \"a bag moving up\""), std::string::npos) << s.output;
   EXPECT_EQ(data::probe_video(dir + "/out/many_1.mp4").num_frames, 5);
+  // The sheet of every video: both on one row (up to four to a row), each with its 5 frames.
+  const data::Image all = data::load_image(dir + "/out/many.png");
+  EXPECT_EQ(all.width, 10 * 32 + 9 * 2);
+  EXPECT_EQ(all.height, 32);
 
   struct Bad {
     std::string args, want;

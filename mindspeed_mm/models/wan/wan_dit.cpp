@@ -217,6 +217,13 @@ std::pair<at::Tensor, at::Tensor> WanTransformer3DModel::time_embedding(const at
 }
 
 at::Tensor WanTransformer3DModel::forward(const at::Tensor& latents, const at::Tensor& timesteps, const at::Tensor& text) {
+  Outputs carry;
+  run_blocks(latents, timesteps, text, 0, config.num_layers, carry);
+  return carry.require_tensor(kPrediction);
+}
+
+void WanTransformer3DModel::run_blocks(const at::Tensor& latents, const at::Tensor& timesteps, const at::Tensor& text,
+                                       int64_t begin, int64_t end, Outputs& carry) {
   MM_CHECK(latents.dim() == 5 && latents.size(1) == config.in_channels, "wan_dit: latents must be [B, ",
            config.in_channels, ", F, H, W], got ", latents.sizes());
   const int64_t b = latents.size(0);
@@ -232,19 +239,33 @@ at::Tensor WanTransformer3DModel::forward(const at::Tensor& latents, const at::T
 
   mm::nn::ForwardContext ctx;
   std::tie(ctx.cos, ctx.sin) = rotary_tables(f, h, w, latents.device());
-  at::Tensor x = at::conv3d(latents.to(dtype), patch_weight, patch_bias, {p[0], p[1], p[2]});
-  x = x.flatten(2).transpose(1, 2).contiguous();  // [B, f * h * w, dim]
-  auto [temb, modulation] = time_embedding(timesteps);
-  ctx.modulation = modulation;
-  ctx.context = text_linear_2->forward(at::gelu(text_linear_1->forward(text.to(dtype)), "tanh"));
   ctx.causal = false;
-  for (auto& block : blocks_) x = block->call(x, ctx);
-
+  at::Tensor x, temb;
+  if (begin == 0) {
+    x = at::conv3d(latents.to(dtype), patch_weight, patch_bias, {p[0], p[1], p[2]});
+    x = x.flatten(2).transpose(1, 2).contiguous();  // [B, f * h * w, dim]
+    std::tie(temb, ctx.modulation) = time_embedding(timesteps);
+    ctx.context = text_linear_2->forward(at::gelu(text_linear_1->forward(text.to(dtype)), "tanh"));
+  } else {
+    x = carry.require_tensor("hidden");
+    temb = carry.require_tensor("temb");
+    ctx.modulation = carry.require_tensor("modulation");
+    ctx.context = carry.require_tensor("context");
+  }
+  for (int64_t i = begin; i < end; ++i) x = blocks_[static_cast<size_t>(i)]->call(x, ctx);
+  carry = Outputs();
+  if (end < config.num_layers) {
+    carry.set("hidden", x);
+    carry.set("temb", temb);
+    carry.set("modulation", ctx.modulation);
+    carry.set("context", ctx.context);
+    return;
+  }
   const std::vector<at::Tensor> ss = (scale_shift_table + temb.to(at::kFloat).unsqueeze(1)).chunk(2, 1);
   x = (plain_layer_norm(x, config.eps) * (1 + ss[1]) + ss[0]).to(dtype);
   x = proj_out->forward(x);  // [B, f * h * w, pt * ph * pw * C]
   x = x.reshape({b, f, h, w, p[0], p[1], p[2], config.out_channels}).permute({0, 7, 1, 4, 2, 5, 3, 6});
-  return x.reshape({b, config.out_channels, f * p[0], h * p[1], w * p[2]});
+  carry.set(kPrediction, x.reshape({b, config.out_channels, f * p[0], h * p[1], w * p[2]}));
 }
 
 Outputs WanTransformer3DModel::forward(const data::Batch& batch) {
@@ -292,10 +313,40 @@ void WanTransformer3DModel::init_weights(uint64_t seed) {
   mm::nn::init_param_fill(proj_out->weight, 0.0);
 }
 
+// Megatron's layout for each attention and MLP: q/k/v and the MLP's first layer column-parallel
+// (heads split), the output projections row-parallel; q/k's RMSNorm across heads sees every
+// rank's features (colwise_norm). Embedders, modulation and the head stay whole.
 PlanTable WanTransformer3DModel::plans() const {
   PlanTable t;
   t.fsdp_units = {"blocks.{*}"};
+  for (const char* attn : {"attn1", "attn2"}) {
+    const std::string a = cat("blocks.{*}.", attn);
+    t.tensor_parallel.insert(t.tensor_parallel.end(), {{a, "heads"},
+                                                       {a + ".to_q", "colwise"},
+                                                       {a + ".to_k", "colwise"},
+                                                       {a + ".to_v", "colwise"},
+                                                       {a + ".to_out.0", "rowwise"},
+                                                       {a + ".norm_q", "colwise_norm"},
+                                                       {a + ".norm_k", "colwise_norm"}});
+  }
+  t.tensor_parallel.insert(t.tensor_parallel.end(),
+                           {{"blocks.{*}.ffn.net.0.proj", "colwise"}, {"blocks.{*}.ffn.net.2", "rowwise"}});
   return t;
+}
+
+std::vector<PipelineSubmodule> WanTransformer3DModel::pipeline_submodules() const {
+  PipelineSubmodule s;
+  s.name = "blocks";
+  s.num_layers = config.num_layers;
+  s.layer_prefix = "blocks.";
+  s.before = {"patch_embedding.", "condition_embedder."};
+  s.after = {"scale_shift_table", "proj_out."};
+  return {s};
+}
+
+void WanTransformer3DModel::pipeline_forward(size_t, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) {
+  run_blocks(batch.require_tensor(kNoisyLatents), batch.require_tensor(kTimesteps), batch.require_tensor(kPromptEmbeds),
+             begin, end, carry);
 }
 
 // The host copy of a training batch holds the clean latents (the objective makes the noisy ones

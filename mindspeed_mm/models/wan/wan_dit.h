@@ -87,9 +87,12 @@ struct WanDiTConfig {
   double training_flops(int64_t tokens, int64_t text_len) const;
 };
 
-class WanAttention : public mm::nn::Module {
+class WanAttention : public mm::nn::Module, public HeadSplittable {
  public:
   WanAttention(const WanDiTConfig& c, at::ScalarType dtype);
+  // Tensor parallelism (the plan's "heads"): this rank runs `q_heads` of the heads.
+  std::pair<int64_t, int64_t> heads() const override { return {num_heads, num_heads}; }
+  void keep_heads(int64_t q_heads, int64_t) override { num_heads = q_heads; }
   // x [B, S, dim]; context [B, L, dim] for cross-attention (undefined: self-attention with the
   // rotary tables cos, sin [S, head_dim / 2]).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& context, const at::Tensor& cos, const at::Tensor& sin) const;
@@ -138,12 +141,24 @@ class WanTransformer3DModel : public Model {
   std::string parameter_name(const std::string& checkpoint_name) const override;
   std::vector<ModelPart> parts() const override { return {{"transformer", ""}}; }
   PlanTable plans() const override;
+  // Pipeline parallelism: the blocks, with the patch, time and text embedders before them and
+  // the modulated head after; the text features, temb and modulation travel with the hidden states.
+  std::vector<PipelineSubmodule> pipeline_submodules() const override;
+  void pipeline_forward(size_t submodule, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) override;
   double input_tokens(const data::Batch& host) const override;
   double training_flops(const data::Batch& host) const override;
   std::string cost_summary(int64_t seq_len) const override;
   std::string type_name() const override { return "WanTransformer3DModel"; }
 
   WanDiTConfig config;
+
+ private:
+  // Blocks [begin, end) on the carry of the blocks before (begin > 0) or on the inputs; the
+  // prediction when end is the last block, else what the next blocks need.
+  void run_blocks(const at::Tensor& latents, const at::Tensor& timesteps, const at::Tensor& text, int64_t begin,
+                  int64_t end, Outputs& carry);
+
+ public:
   at::Tensor patch_weight, patch_bias;              // patch_embedding.*
   std::shared_ptr<Linear> time_linear_1, time_linear_2, time_proj, text_linear_1, text_linear_2;
   std::vector<std::shared_ptr<WanTransformerBlock>> blocks_;
