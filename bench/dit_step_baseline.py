@@ -45,7 +45,13 @@ def prepare(a):
 
 def run(a):
     torch.set_num_threads(a.threads)
-    model = WanTransformer3DModel.from_pretrained(f"{a.dir}/transformer").to(a.device)
+    # Built from config.json with the saved weights loaded strictly (from_pretrained wants accelerate).
+    import json
+    with open(f"{a.dir}/transformer/config.json") as f:
+        cfg = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    model = WanTransformer3DModel(**cfg)
+    model.load_state_dict(load_file(f"{a.dir}/transformer/diffusion_pytorch_model.safetensors"), strict=True)
+    model = model.to(a.device)
     model.train()
     inputs = {k: v.to(a.device) for k, v in load_file(f"{a.dir}/inputs.safetensors").items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,

@@ -12,6 +12,10 @@
 #include <set>
 #include <sstream>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/file_io.h"
 
@@ -43,6 +47,40 @@ std::string read_text(const std::string& path) {
   return std::move(*bytes);
 }
 
+bool is_torch_checkpoint(const std::string& name) {
+  return ends_with(name, ".pth") || ends_with(name, ".pt") || ends_with(name, ".bin");
+}
+
+// A torch.save'd state dict (zip archive or legacy format) as (name, tensor) in file order. A
+// nested {"state_dict": {...}} or {"model": {...}} is unwrapped.
+std::vector<std::pair<std::string, at::Tensor>> read_torch_state_dict(const std::string& path) {
+  auto bytes = read_file_bytes(path);
+  if (!bytes) fail(path, "cannot open");
+  c10::IValue v;
+  try {
+    v = torch::jit::pickle_load(std::vector<char>(bytes->begin(), bytes->end()));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    fail(path, cat("not a PyTorch checkpoint libtorch can read (", what, ")"));
+  }
+  for (const char* inner : {"state_dict", "model"}) {
+    if (!v.isGenericDict()) break;
+    for (const auto& kv : v.toGenericDict())
+      if (kv.key().isString() && kv.key().toStringRef() == inner && kv.value().isGenericDict()) {
+        c10::IValue nested = kv.value();
+        v = nested;
+        break;
+      }
+  }
+  if (!v.isGenericDict()) fail(path, cat("holds a ", v.tagKind(), ", not a state dict of named tensors"));
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& kv : v.toGenericDict())
+    if (kv.key().isString() && kv.value().isTensor()) out.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
+  if (out.empty()) fail(path, "holds no named tensors");
+  return out;
+}
+
 }  // namespace
 
 struct HFWeights::Shard {
@@ -55,6 +93,29 @@ HFWeights::HFWeights(const std::string& dir_or_file) : source_(dir_or_file) {
   const fs::path src(dir_or_file);
   std::error_code ec;
   std::vector<std::string> plain_files;  // opened eagerly: their keys are in their headers
+  std::string torch_file;
+  if (fs::is_directory(src, ec)) {
+    std::vector<std::string> torch_files;
+    bool safetensors = false;
+    for (const auto& e : fs::directory_iterator(src, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file(ec)) continue;
+      if (ends_with(name, ".safetensors") || ends_with(name, ".safetensors.index.json")) safetensors = true;
+      else if (is_torch_checkpoint(name)) torch_files.push_back(e.path().string());
+    }
+    if (!safetensors && torch_files.size() > 1)
+      fail(dir_or_file, cat("several PyTorch checkpoints (", torch_files[0], ", ", torch_files[1], "); pass the one to use"));
+    if (!safetensors && torch_files.size() == 1) torch_file = torch_files[0];
+  } else if (is_file(src) && is_torch_checkpoint(dir_or_file)) {
+    torch_file = dir_or_file;
+  }
+  if (!torch_file.empty()) {
+    for (auto& [name, t] : read_torch_state_dict(torch_file)) {
+      if (!pickled_.emplace(name, t).second) fail(torch_file, cat("tensor \"", name, "\" appears twice"));
+      keys_.push_back(name);
+    }
+    return;
+  }
   if (fs::is_directory(src, ec)) {
     if (is_file(src / kSingleFile)) {
       plain_files.push_back((src / kSingleFile).string());
@@ -155,11 +216,24 @@ size_t HFWeights::locate(const std::string& name) const {
 
 std::vector<std::string> HFWeights::keys() const { return keys_; }
 
-bool HFWeights::has(const std::string& name) const { return where_.count(name) > 0; }
+bool HFWeights::has(const std::string& name) const { return where_.count(name) > 0 || pickled_.count(name) > 0; }
 
-at::Tensor HFWeights::get(const std::string& name) const { return reader(locate(name)).get(name); }
+at::Tensor HFWeights::get(const std::string& name) const {
+  if (!pickled_.empty()) {
+    auto it = pickled_.find(name);
+    if (it == pickled_.end()) fail(source_, cat("no tensor \"", name, "\" (", keys_.size(), " tensors present)"));
+    return it->second;
+  }
+  return reader(locate(name)).get(name);
+}
 
-TensorInfo HFWeights::info(const std::string& name) const { return reader(locate(name)).info(name); }
+TensorInfo HFWeights::info(const std::string& name) const {
+  if (!pickled_.empty()) {
+    const at::Tensor t = get(name);
+    return {t.scalar_type(), t.sizes().vec(), 0, static_cast<uint64_t>(t.nbytes())};
+  }
+  return reader(locate(name)).info(name);
+}
 
 std::vector<std::string> HFWeights::files() const {
   std::vector<std::string> out;
@@ -169,6 +243,43 @@ std::vector<std::string> HFWeights::files() const {
 
 // ---------------------------------------------------------------------------------------------
 // Writer
+
+void save_torch_state_dict(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  // torch.save's layout: a zip (stored, 64-byte aligned records) of archive/data.pkl, a pickle of
+  // a plain dict whose tensors are torch._utils._rebuild_tensor_v2 over persistent storages
+  // ('storage', torch.FloatStorage, key, 'cpu', numel), and archive/data/<key> per storage.
+  // No type tags, so torch.load(weights_only=True) reads it.
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) fail(path, cat("tensor \"", name, "\" is undefined"));
+    at::Tensor c = t.detach().cpu().contiguous();
+    // A view of a larger storage would write all of it: give it its own.
+    if (c.storage_offset() != 0 || c.storage().nbytes() != c.nbytes()) c = c.clone();
+    dict.insert(name, c);
+  }
+  std::vector<char> pkl;
+  int64_t next_key = 0;
+  torch::jit::Pickler pickler([&](const char* b, size_t n) { pkl.insert(pkl.end(), b, b + n); }, nullptr, nullptr, nullptr,
+                              [&](const at::Tensor&) { return std::to_string(next_key++); }, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+  std::string zip;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) {
+      zip.append(static_cast<const char*>(b), n);
+      return n;
+    });
+    writer.writeRecord("data.pkl", pkl.data(), pkl.size());
+    writer.writeRecord("byteorder", "little", 6);
+    const auto& data = pickler.tensorData();
+    for (size_t i = 0; i < data.size(); ++i)
+      writer.writeRecord(cat("data/", i), data[i].storage().data(), data[i].storage().nbytes());
+    writer.writeRecord("version", "3\n", 2);
+    writer.writeEndOfFile();
+  }
+  write_file_atomic(path, zip);
+}
 
 std::string weights_stem(const nlohmann::json& hf_config) {
   return hf_config.is_object() && hf_config.contains("_class_name") ? "diffusion_pytorch_model" : "model";

@@ -18,7 +18,12 @@ namespace mm::st {
 // Opens, in HF's order of preference: DIR/model.safetensors, DIR/model.safetensors.index.json;
 // else the one *.safetensors.index.json in DIR (e.g. diffusers' diffusion_pytorch_model...);
 // else every *.safetensors in DIR (names must not repeat across files). A path to a
-// .safetensors file or to an *.index.json file opens just that. Shards named by an index are
+// .safetensors file or to an *.index.json file opens just that.
+// PyTorch checkpoints (torch.save of a state dict: the original Wan2.1 VAE and umT5 .pth files)
+// are read too: a path to a .pth / .pt / .bin file, or a directory holding no safetensors and one
+// such file. libtorch's unpickler reads them whole into memory (it builds only tensors and plain
+// containers, never arbitrary Python objects); a value that is not a tensor is skipped, a file
+// that is not a state dict is an error naming it. Shards named by an index are
 // mapped on first use, once each. Thread-safe.
 class HFWeights {
  public:
@@ -39,10 +44,15 @@ class HFWeights {
 
   std::string source_;
   std::string index_path_;  // empty unless opened through an index
+  std::unordered_map<std::string, at::Tensor> pickled_;  // a PyTorch checkpoint's tensors
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::string> keys_;
   std::unordered_map<std::string, size_t> where_;
 };
+
+// Writes `tensors` as a torch.save-compatible state dict (zip archive; torch.load reads it, as
+// HFWeights does): the format of the original Wan VAE and umT5 checkpoints. Written atomically.
+void save_torch_state_dict(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // Writes DIR/model.safetensors when everything fits in one shard, else
 // model-00001-of-0000N.safetensors shards plus model.safetensors.index.json

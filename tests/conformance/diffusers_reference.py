@@ -16,6 +16,10 @@ with save_pretrained, or the directories mm writes.
       written to the safetensors file OUT.
   diffusers_reference.py wan_vae create DIR CONFIG_JSON [--seed S]
       A tiny random AutoencoderKLWan (norm gammas moved away from 1), saved in fp32 to DIR.
+  diffusers_reference.py wan_vae from_original FILE OUT
+      diffusers' own converter of the original Wan2.1 VAE names
+      (loaders.single_file_utils.convert_wan_vae_to_diffusers) applied to the torch.save'd state
+      dict FILE (read by torch.load with weights_only), written to the safetensors file OUT.
   diffusers_reference.py wan_vae run DIR
       From DIR/inputs.safetensors: the encoder's moments of "video" (_encode: the first frame,
       then 4 at a time) and the decoded "latents" (decode: one latent frame at a time, clamped),
@@ -101,7 +105,12 @@ def wan_vae(args):
     from diffusers import AutoencoderKLWan
 
     cmd, d = args[0], args[1]
-    if cmd == "create":
+    if cmd == "from_original":
+        from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+
+        sd = torch.load(d, map_location="cpu", weights_only=True)
+        save_file({k: v.contiguous() for k, v in convert_wan_vae_to_diffusers(sd).items()}, args[2])
+    elif cmd == "create":
         cfg = config_fields(args[2])
         seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
         torch.manual_seed(seed)

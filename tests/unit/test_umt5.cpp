@@ -49,6 +49,20 @@ TEST(UMT5, HiddenStatesEqualTransformers) {
   // Without a mask every token is real: row 0 is the same either way.
   EXPECT_TRUE(at::allclose(m->forward(ids.narrow(0, 0, 1)), got.narrow(0, 0, 1), 1e-5, 1e-5));
 
+  // Wan's original checkpoint names (models_t5_umt5-xxl-enc-bf16.pth): every tensor renamed, a
+  // torch.save state dict of them beside the config loads to the same hidden states.
+  std::vector<std::pair<std::string, at::Tensor>> original;
+  for (auto& [name, p] : m->named_parameters()) {
+    original.emplace_back(umt5_original_name(name), p);
+    EXPECT_NE(original.back().first, name);
+    EXPECT_EQ(umt5_hf_name(original.back().first), name);
+  }
+  EXPECT_EQ(original.size(), 2u + 2u * 10u);  // token embedding, final norm; 10 per block
+  std::filesystem::create_directories(dir + "/orig");
+  mm::st::save_torch_state_dict(dir + "/orig/models_t5_umt5-xxl-enc-bf16.pth", original);
+  std::filesystem::copy_file(dir + "/config.json", dir + "/orig/config.json");
+  EXPECT_TRUE(load_umt5_encoder(dir + "/orig")->forward(ids, mask).equal(got));
+
   EXPECT_THROW(m->forward(at::full({1, 3}, 100, at::kLong)), mm::Error);  // outside the vocabulary
   EXPECT_THROW(m->forward(ids, at::ones({2, 39}, at::kLong)), mm::Error);
   std::filesystem::create_directories(dir + "/bad");

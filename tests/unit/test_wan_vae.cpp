@@ -8,6 +8,9 @@
 // reconstruction error and exports a directory that loads back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "hf_reference.h"
 #include "metrics_file.h"
 #include "mindspeed_mm/checkpoint/hf_weights.h"
@@ -79,6 +82,65 @@ TEST(WanVAE, EncodeAndDecodeEqualDiffusers) {
   const at::Tensor mean = moments.narrow(1, 0, 4);
   EXPECT_TRUE(at::allclose(z[0][1], (mean[0][1] + 0.2) / 0.5, 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(vae->denormalize(z), mean, 1e-5, 1e-5));
+}
+
+// The original Wan2.1_VAE.pth names: mm writes a torch.save state dict under them, diffusers' own
+// converter (convert_wan_vae_to_diffusers, which hard-codes Wan2.1's 4 levels of 2 resnets) turns
+// it back into exactly the diffusers tensors, and mm loads the .pth to the same decode.
+TEST(WanVAE, OriginalCheckpointNamesMatchDiffusersConverter) {
+  const std::string dir = mm::test::fresh_dir("wan_vae_original");
+  nlohmann::json cfg = {{"base_dim", 8},
+                        {"z_dim", 4},
+                        {"dim_mult", {1, 2, 4, 4}},
+                        {"num_res_blocks", 2},
+                        {"temperal_downsample", {false, true, true}},
+                        {"latents_mean", {0.0, 0.0, 0.0, 0.0}},
+                        {"latents_std", {1.0, 1.0, 1.0, 1.0}}};
+  mm::test::write_file(dir + "/wanted.json", cfg.dump());
+  python("wan_vae create " + dir + "/vae " + dir + "/wanted.json --seed 5");
+  auto vae = load_wan_vae(dir + "/vae");
+  std::vector<std::pair<std::string, at::Tensor>> original;
+  for (auto& [name, p] : vae->named_parameters()) {
+    original.emplace_back(wan_vae_original_name(name, 2), p);
+    EXPECT_EQ(wan_vae_diffusers_name(original.back().first, 2), name);
+    EXPECT_EQ(wan_vae_diffusers_name(name, 2), name);  // diffusers names pass through
+  }
+  std::filesystem::create_directories(dir + "/orig");
+  mm::st::save_torch_state_dict(dir + "/orig/Wan2.1_VAE.pth", original);
+  std::filesystem::copy_file(dir + "/vae/config.json", dir + "/orig/config.json");
+  python("wan_vae from_original " + dir + "/orig/Wan2.1_VAE.pth " + dir + "/converted.safetensors");
+  const mm::st::HFWeights want(dir + "/vae"), got(dir + "/converted.safetensors");
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  ASSERT_EQ(sorted(got.keys()), sorted(want.keys()));
+  for (const auto& k : want.keys()) EXPECT_TRUE(got.get(k).equal(want.get(k))) << k;
+  std::printf("wan vae: %zu original names convert to diffusers' by diffusers' converter\n", original.size());
+
+  auto from_pth = load_wan_vae(dir + "/orig");
+  at::NoGradGuard no_grad;
+  at::manual_seed(6);
+  const at::Tensor z = at::randn({1, 4, 2, 2, 2});
+  EXPECT_TRUE(from_pth->decode(z).equal(vae->decode(z)));
+  // The bare .pth gets Wan2.1's full-size configuration: these tiny tensors do not fit it.
+  try {
+    load_wan_vae(dir + "/orig/Wan2.1_VAE.pth");
+    ADD_FAILURE() << "a tiny .pth loaded as Wan2.1's VAE";
+  } catch (const mm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Wan2.1_VAE.pth' does not fit the model: shape mismatch"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::create_directories(dir + "/junk");
+  mm::test::write_file(dir + "/junk/Wan2.1_VAE.pth", "not a checkpoint");
+  std::filesystem::copy_file(dir + "/vae/config.json", dir + "/junk/config.json");
+  try {
+    load_wan_vae(dir + "/junk");
+    ADD_FAILURE() << "junk loaded";
+  } catch (const mm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("junk/Wan2.1_VAE.pth: not a PyTorch checkpoint libtorch can read"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(WanVAE, BadClipsAndConfigsAreClearErrors) {

@@ -144,14 +144,74 @@ at::Tensor UMT5EncoderModel::forward(const at::Tensor& input_ids, const at::Tens
 }
 
 std::shared_ptr<UMT5EncoderModel> load_umt5_encoder(const std::string& dir) {
-  const nlohmann::json hf = checkpoint::read_hf_config(dir);
-  if (hf.value("model_type", "") != "umt5")
-    throw ConfigError(cat("config: ", dir, "/config.json has model_type ", hf.value("model_type", "(none)"),
-                          ", not umt5: not a umT5 text encoder"));
-  auto m = std::make_shared<UMT5EncoderModel>(UMT5Config::from_json(hf, dir + "/config.json", false));
-  checkpoint::load_model_weights(*m, dir, UMT5EncoderModel::optional_checkpoint_tensors());
+  std::shared_ptr<UMT5EncoderModel> m;
+  if (std::filesystem::is_regular_file(dir)) {
+    m = std::make_shared<UMT5EncoderModel>(UMT5Config::umt5_xxl());  // Wan's original checkpoint
+  } else {
+    const nlohmann::json hf = checkpoint::read_hf_config(dir);
+    if (hf.value("model_type", "") != "umt5")
+      throw ConfigError(cat("config: ", dir, "/config.json has model_type ", hf.value("model_type", "(none)"),
+                            ", not umt5: not a umT5 text encoder"));
+    m = std::make_shared<UMT5EncoderModel>(UMT5Config::from_json(hf, dir + "/config.json", false));
+  }
+  checkpoint::load_model_weights(*m, dir, UMT5EncoderModel::optional_checkpoint_tensors(), umt5_hf_name);
   return m;
 }
+
+UMT5Config UMT5Config::umt5_xxl() {
+  UMT5Config c;
+  c.vocab_size = 256384;
+  c.d_model = 4096;
+  c.d_kv = 64;
+  c.d_ff = 10240;
+  c.num_layers = 24;
+  c.num_heads = 64;
+  return c;
+}
+
+namespace {
+
+// Per block: (original suffix, transformers suffix); then the whole-model names.
+const std::vector<std::pair<std::string, std::string>> kUmt5BlockNames = {
+    {"norm1.", "layer.0.layer_norm."},
+    {"attn.q.", "layer.0.SelfAttention.q."},
+    {"attn.k.", "layer.0.SelfAttention.k."},
+    {"attn.v.", "layer.0.SelfAttention.v."},
+    {"attn.o.", "layer.0.SelfAttention.o."},
+    {"pos_embedding.embedding.", "layer.0.SelfAttention.relative_attention_bias."},
+    {"norm2.", "layer.1.layer_norm."},
+    {"ffn.gate.0.", "layer.1.DenseReluDense.wi_0."},
+    {"ffn.fc1.", "layer.1.DenseReluDense.wi_1."},
+    {"ffn.fc2.", "layer.1.DenseReluDense.wo."}};
+const std::vector<std::pair<std::string, std::string>> kUmt5TopNames = {
+    {"token_embedding.", "shared."}, {"norm.", "encoder.final_layer_norm."}};
+
+std::string umt5_rename(const std::string& name, bool to_hf) {
+  const std::string block = to_hf ? "blocks." : "encoder.block.";
+  const std::string other = to_hf ? "encoder.block." : "blocks.";
+  if (name.rfind(block, 0) == 0) {
+    const size_t dot = name.find('.', block.size());
+    if (dot != std::string::npos) {
+      const std::string rest = name.substr(dot + 1);
+      for (const auto& [orig, hf] : kUmt5BlockNames) {
+        const std::string& from = to_hf ? orig : hf;
+        if (rest.rfind(from, 0) == 0)
+          return other + name.substr(block.size(), dot - block.size()) + "." + (to_hf ? hf : orig) + rest.substr(from.size());
+      }
+    }
+    return name;
+  }
+  for (const auto& [orig, hf] : kUmt5TopNames) {
+    const std::string& from = to_hf ? orig : hf;
+    if (name.rfind(from, 0) == 0) return (to_hf ? hf : orig) + name.substr(from.size());
+  }
+  return name;
+}
+
+}  // namespace
+
+std::string umt5_hf_name(const std::string& original) { return umt5_rename(original, true); }
+std::string umt5_original_name(const std::string& hf) { return umt5_rename(hf, false); }
 
 void init_umt5_weights(UMT5EncoderModel& m, uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);

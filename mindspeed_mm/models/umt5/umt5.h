@@ -34,6 +34,9 @@ struct UMT5Config {
   double layer_norm_epsilon = 1e-6;
   std::string feed_forward_proj = "gated-gelu";
 
+  // Wan2.1's text encoder (google/umt5-xxl's encoder).
+  static UMT5Config umt5_xxl();
+
   template <class IO>
   void io(IO& io) {
     io("vocab_size", vocab_size, config::gt(0));
@@ -99,7 +102,23 @@ class UMT5EncoderModel : public mm::nn::Module {
 };
 
 // An encoder directory (config.json with model_type umt5 + safetensors) loaded in fp32.
+// dir: a transformers directory (config.json + safetensors), or one whose weights are Wan's
+// original models_t5_umt5-xxl-enc-bf16.pth (original names), or that .pth file itself
+// (umT5-XXL's configuration, UMT5Config::umt5_xxl).
 std::shared_ptr<UMT5EncoderModel> load_umt5_encoder(const std::string& dir);
+
+// Names of Wan's original umT5 encoder checkpoint (wan/modules/t5.py: T5Encoder) and
+// transformers' UMT5EncoderModel, both ways:
+//   token_embedding.weight                    shared.weight
+//   blocks.N.norm1 / norm2                    encoder.block.N.layer.{0,1}.layer_norm
+//   blocks.N.attn.{q,k,v,o}                   encoder.block.N.layer.0.SelfAttention.{q,k,v,o}
+//   blocks.N.pos_embedding.embedding          encoder.block.N.layer.0.SelfAttention.relative_attention_bias
+//   blocks.N.ffn.gate.0 / fc1 / fc2           encoder.block.N.layer.1.DenseReluDense.wi_0 / wi_1 / wo
+//   norm.weight                               encoder.final_layer_norm.weight
+// (Wan computes fc2(fc1(x) * gelu(gate(x))): its gate is transformers' activated wi_0.) A name
+// already in the target layout (or unknown) comes back unchanged.
+std::string umt5_hf_name(const std::string& original);
+std::string umt5_original_name(const std::string& hf);
 
 // transformers' T5 initialisation (initializer_factor 1): embedding N(0, 1); q N(0, (d_model d_kv)^-1/2),
 // k and v N(0, d_model^-1/2), o N(0, (heads d_kv)^-1/2), relative bias and wi_* N(0, d_model^-1/2),

@@ -1,5 +1,8 @@
 #include "mindspeed_mm/models/wan/wan_vae.h"
 
+#include <filesystem>
+#include <optional>
+
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -433,13 +436,104 @@ double AutoencoderKLWan::input_tokens(const data::Batch& host) const {
 }
 
 std::shared_ptr<AutoencoderKLWan> load_wan_vae(const std::string& dir) {
-  const nlohmann::json hf = checkpoint::read_hf_config(dir);
-  if (hf.value("_class_name", "") != "AutoencoderKLWan")
-    throw ConfigError(cat("config: ", dir, "/config.json has _class_name ", hf.value("_class_name", "(none)"),
-                          ", not AutoencoderKLWan: not a Wan VAE"));
-  auto m = std::make_shared<AutoencoderKLWan>(WanVAEConfig::from_json(hf, dir + "/config.json"));
-  checkpoint::load_model_weights(*m, dir);
+  std::shared_ptr<AutoencoderKLWan> m;
+  if (std::filesystem::is_regular_file(dir)) {
+    m = std::make_shared<AutoencoderKLWan>(WanVAEConfig{});  // the original checkpoint: Wan2.1's VAE
+  } else {
+    const nlohmann::json hf = checkpoint::read_hf_config(dir);
+    if (hf.value("_class_name", "") != "AutoencoderKLWan")
+      throw ConfigError(cat("config: ", dir, "/config.json has _class_name ", hf.value("_class_name", "(none)"),
+                            ", not AutoencoderKLWan: not a Wan VAE"));
+    m = std::make_shared<AutoencoderKLWan>(WanVAEConfig::from_json(hf, dir + "/config.json"));
+  }
+  checkpoint::load_model_weights(*m, dir, {}, [&](const std::string& k) { return m->parameter_name(k); });
   return m;
+}
+
+std::string AutoencoderKLWan::parameter_name(const std::string& checkpoint_name) const {
+  return wan_vae_diffusers_name(checkpoint_name, config.num_res_blocks);
+}
+
+namespace {
+
+bool starts(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// A residual block's parameter suffix, original <-> diffusers.
+const std::vector<std::pair<std::string, std::string>> kResidualNames = {
+    {"residual.0.gamma", "norm1.gamma"}, {"residual.2.", "conv1."},   {"residual.3.gamma", "norm2.gamma"},
+    {"residual.6.", "conv2."},           {"shortcut.", "conv_shortcut."}};
+const std::vector<std::pair<std::string, std::string>> kHeadNames = {
+    {"conv1.", "conv_in."}, {"head.0.gamma", "norm_out.gamma"}, {"head.2.", "conv_out."}};
+
+// `rest` renamed by the first (from, to) pair whose `from` starts it; nullopt when none does.
+std::optional<std::string> swap_prefix(const std::string& rest, const std::vector<std::pair<std::string, std::string>>& table,
+                                       bool forward) {
+  for (const auto& [a, b] : table) {
+    const std::string& from = forward ? a : b;
+    const std::string& to = forward ? b : a;
+    if (starts(rest, from)) return to + rest.substr(from.size());
+  }
+  return std::nullopt;
+}
+
+// "12.rest" -> (12, "rest"); nullopt when `s` does not start with a number and a dot.
+std::optional<std::pair<int64_t, std::string>> split_index(const std::string& s) {
+  const size_t dot = s.find('.');
+  if (dot == 0 || dot == std::string::npos || s.find_first_not_of("0123456789") != dot) return std::nullopt;
+  return std::make_pair(std::stoll(s.substr(0, dot)), s.substr(dot + 1));
+}
+
+std::string residual(const std::string& rest, bool forward) { return swap_prefix(rest, kResidualNames, forward).value_or(rest); }
+
+}  // namespace
+
+std::string wan_vae_diffusers_name(const std::string& name, int64_t num_res_blocks) {
+  if (starts(name, "conv1.")) return "quant_conv." + name.substr(6);
+  if (starts(name, "conv2.")) return "post_quant_conv." + name.substr(6);
+  for (const std::string part : {"encoder.", "decoder."}) {
+    if (!starts(name, part)) continue;
+    const std::string rest = name.substr(part.size());
+    if (auto r = swap_prefix(rest, kHeadNames, true)) return part + *r;
+    if (starts(rest, "middle."))
+      if (auto ix = split_index(rest.substr(7))) {
+        if (ix->first == 1) return part + "mid_block.attentions.0." + ix->second;
+        return part + cat("mid_block.resnets.", ix->first / 2, ".") + residual(ix->second, true);
+      }
+    if (part == "encoder." && starts(rest, "downsamples."))
+      if (auto ix = split_index(rest.substr(12))) return cat(part, "down_blocks.", ix->first, ".", residual(ix->second, true));
+    if (part == "decoder." && starts(rest, "upsamples."))
+      if (auto ix = split_index(rest.substr(10))) {
+        const int64_t per_level = num_res_blocks + 2, level = ix->first / per_level, k = ix->first % per_level;
+        if (k <= num_res_blocks) return cat(part, "up_blocks.", level, ".resnets.", k, ".", residual(ix->second, true));
+        return cat(part, "up_blocks.", level, ".upsamplers.0.", ix->second);
+      }
+  }
+  return name;
+}
+
+std::string wan_vae_original_name(const std::string& name, int64_t num_res_blocks) {
+  if (starts(name, "quant_conv.")) return "conv1." + name.substr(11);
+  if (starts(name, "post_quant_conv.")) return "conv2." + name.substr(16);
+  for (const std::string part : {"encoder.", "decoder."}) {
+    if (!starts(name, part)) continue;
+    const std::string rest = name.substr(part.size());
+    if (auto r = swap_prefix(rest, kHeadNames, false)) return part + *r;
+    if (starts(rest, "mid_block.attentions.0.")) return part + "middle.1." + rest.substr(23);
+    if (starts(rest, "mid_block.resnets."))
+      if (auto ix = split_index(rest.substr(18))) return cat(part, "middle.", 2 * ix->first, ".", residual(ix->second, false));
+    if (part == "encoder." && starts(rest, "down_blocks."))
+      if (auto ix = split_index(rest.substr(12))) return cat(part, "downsamples.", ix->first, ".", residual(ix->second, false));
+    if (part == "decoder." && starts(rest, "up_blocks."))
+      if (auto ix = split_index(rest.substr(10))) {
+        const int64_t base = ix->first * (num_res_blocks + 2);
+        if (starts(ix->second, "resnets."))
+          if (auto r = split_index(ix->second.substr(8)))
+            return cat(part, "upsamples.", base + r->first, ".", residual(r->second, false));
+        if (starts(ix->second, "upsamplers.0."))
+          return cat(part, "upsamples.", base + num_res_blocks + 1, ".", ix->second.substr(13));
+      }
+  }
+  return name;
 }
 
 namespace {

@@ -159,6 +159,8 @@ class AutoencoderKLWan : public Model {
   nlohmann::json hf_config() const override { return config.to_json(); }
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override { return {}; }
   std::vector<ModelPart> parts() const override { return {{"vae", ""}}; }
+  // The original Wan2.1 VAE's names load too (wan_vae_diffusers_name).
+  std::string parameter_name(const std::string& checkpoint_name) const override;
   double input_tokens(const data::Batch& host) const override;  // pixels x frames
   double training_flops(const data::Batch& host) const override { return 0; }  // not counted yet
   std::string cost_summary(int64_t) const override { return "FLOPs not counted for the VAE yet"; }
@@ -186,6 +188,23 @@ class AutoencoderKLWan : public Model {
 };
 
 // A vae/ directory (config.json with _class_name AutoencoderKLWan + safetensors), fp32.
+// dir: a diffusers vae/ directory (config.json + safetensors), or one whose weights are the
+// original Wan2.1_VAE.pth (torch.save'd, original names), or that .pth file itself (Wan2.1's
+// configuration: AutoencoderKLWan's defaults).
 std::shared_ptr<AutoencoderKLWan> load_wan_vae(const std::string& dir);
+
+// Names of the original Wan2.1 VAE checkpoint (Wan2.1_VAE.pth, Wan's wan/modules/vae.py) and
+// diffusers' AutoencoderKLWan, both ways, for a VAE with `num_res_blocks` (the original numbers
+// the decoder's upsamples through every level's resnets and its upsampler):
+//   conv1 / conv2                       quant_conv / post_quant_conv
+//   X.conv1, X.head.0.gamma, X.head.2   X.conv_in, X.norm_out.gamma, X.conv_out
+//   X.middle.{0,1,2}                    X.mid_block.{resnets.0, attentions.0, resnets.1}
+//   encoder.downsamples.N               encoder.down_blocks.N
+//   decoder.upsamples.N                 decoder.up_blocks.I.resnets.R, or .upsamplers.0 after
+//                                       the level's num_res_blocks + 1 resnets
+//   residual.{0.gamma,2,3.gamma,6}      norm1.gamma, conv1, norm2.gamma, conv2; shortcut: conv_shortcut
+// A name already in the target layout (or unknown) comes back unchanged.
+std::string wan_vae_diffusers_name(const std::string& original, int64_t num_res_blocks);
+std::string wan_vae_original_name(const std::string& diffusers, int64_t num_res_blocks);
 
 }  // namespace mm::models
