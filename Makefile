@@ -34,6 +34,7 @@ bench: build
 	bash bench/run_loader.sh $(BUILD)
 	bash bench/run_vl_step.sh $(BUILD)
 	bash bench/run_vae_decode.sh $(BUILD)
+	bash bench/run_dit_step.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

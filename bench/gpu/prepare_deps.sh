@@ -21,3 +21,10 @@ cd "$OUT"
 rm -f ./*.deb
 apt-get download "${PACKAGES[@]}" >/dev/null
 echo "prepare_deps: $(ls | wc -l) packages, $(du -sh . | cut -f1) in $OUT"
+# diffusers (pure Python) for the DiT bench, from the project's venv, in case the GPU machine's
+# Python lacks it.
+PY_OUT="$ROOT/.gpu-deps/py"
+rm -rf "$PY_OUT" && mkdir -p "$PY_OUT"
+cp -r "$ROOT/.venv/lib/python3.11/site-packages/diffusers" "$PY_OUT/"
+find "$PY_OUT" -name __pycache__ -prune -exec rm -rf {} +
+echo "prepare_deps: diffusers $(du -sh "$PY_OUT" | cut -f1) in $PY_OUT"

@@ -53,7 +53,7 @@ else
       { tail -30 "$OUT/configure.log"; exit 1; }
   fi
   log "build"
-  cmake --build "$BUILD" -j "$(nproc)" --target mm mm_cuda_tests train_step vl_step > "$OUT/build.log" 2>&1 ||
+  cmake --build "$BUILD" -j "$(nproc)" --target mm mm_cuda_tests train_step vl_step dit_step > "$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
 fi
 "$BUILD/mm" version | tee "$OUT/version.txt"
@@ -125,6 +125,31 @@ else
   row "Qwen2-VL-2B arch step" "mm: ${mm_ms:-failed}" "transformers: ${hf_ms:-failed}" "see vl_step*.log"
   tail -5 "$OUT/vl_step.log" "$OUT/vl_step_hf.log"
 fi
+# --- 3. Wan2.1 DiT train step against diffusers (diffusers is pure Python: carried in
+# .gpu-deps/py by prepare_deps.sh when the machine lacks it)
+[[ -d .gpu-deps/py ]] && export PYTHONPATH="$ROOT/.gpu-deps/py${PYTHONPATH:+:$PYTHONPATH}"
+if "$PY" -c "import diffusers" 2>/dev/null; then
+  if [[ "$DRY" == 1 ]]; then DIT=(--heads 2 --head-dim 32 --ffn 128 --layers 2 --text-dim 64 --size 8); DIT_PREC=fp32
+  else DIT=(--heads 12 --head-dim 128 --ffn 8960 --layers 4 --text-dim 4096 --text-len 512 --frames 21 --size 60 --batch 1); DIT_PREC=bf16; fi
+  rm -rf "$OUT/dit"; mkdir -p "$OUT/dit"
+  log "dit_step: prepare (${DIT[*]})"
+  "$PY" bench/dit_step_baseline.py --prepare "$OUT/dit" --steps 3 --warmup 1 "${DIT[@]}" > "$OUT/dit_prepare.log" 2>&1
+  mm_dit=$("$BUILD/dit_step" --dir "$OUT/dit" --steps 3 --warmup 1 --precision "$DIT_PREC" --device "$DEVICE" 2>&1 |
+           tee "$OUT/dit_step.log" | grep RESULT || true)
+  df_dit=$("$PY" bench/dit_step_baseline.py --dir "$OUT/dit" --steps 3 --warmup 1 --precision "$DIT_PREC" --device "$DEVICE" \
+           "${DIT[@]}" 2>&1 | tee "$OUT/dit_step_diffusers.log" | grep RESULT || true)
+  mm_ms=$(field step_ms "$mm_dit"); df_ms=$(field step_ms "$df_dit")
+  if [[ -n "$mm_ms" && -n "$df_ms" ]]; then
+    row "Wan2.1-1.3B-width DiT step (4 of 30 blocks, 21x60x60 latents = 18900 tokens, 512 text, $DIT_PREC)" "mm $mm_ms ms/step (loss $(field loss_first "$mm_dit"))" \
+        "diffusers $df_ms ms/step (loss $(field loss_first "$df_dit"))" "$("$PY" -c "print(f'{$df_ms/$mm_ms:.2f}x')")"
+  else
+    row "Wan2.1 DiT step" "mm: ${mm_ms:-failed}" "diffusers: ${df_ms:-failed}" "see dit_step*.log"
+    tail -5 "$OUT/dit_step.log" "$OUT/dit_step_diffusers.log"
+  fi
+else
+  row "Wan2.1 DiT step" "skipped" "diffusers not importable" "run bench/gpu/prepare_deps.sh"
+fi
+
 log "done"
 echo
 cat "$TABLE"

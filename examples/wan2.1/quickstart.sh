@@ -6,7 +6,7 @@
 #   3. mm init tokenizer / text-encoder: the captions' words and a small random umT5
 #   4. mm data extract-features: VAE latents + umT5 text features, once, to safetensors shards
 #   5. mm train tiny_dit.yaml: a tiny Wan DiT by flow matching on them
-#   6. mm sample: every class x direction (40 prompts) with seeds never used in training
+#   6. mm sample: every class x direction twice (80 prompts) with seeds never used in training
 #   7. mm judge: a classifier trained only on real Fashion-MNIST images, plus the garment's
 #      centroid track, scores the generated videos (goals: class >= 70%, direction >= 80%)
 # The sizes below are the quickstart's; the environment variables shrink it for the smoke test.
@@ -18,9 +18,9 @@ OUT=${QV_OUT:-out/quickstart_video}
 TRAIN_CLIPS=${QV_TRAIN_CLIPS:-6000}
 TEST_CLIPS=${QV_TEST_CLIPS:-200}
 VAE_ITERS=${QV_VAE_ITERS:-1200}
-DIT_ITERS=${QV_DIT_ITERS:-1500}
+DIT_ITERS=${QV_DIT_ITERS:-2500}
 STEPS=${QV_STEPS:-30}
-SEED=${QV_SEED:-100000}                 # sampling seeds: 100000..100039, none used in training
+SEED=${QV_SEED:-100000}                 # sampling seeds: 100000..100079, none used in training
 JUDGE_EPOCHS=${QV_JUDGE_EPOCHS:-2}
 SIZE=48 FRAMES=5 TEXT_LEN=16
 start=$(date +%s)
@@ -57,8 +57,10 @@ stage "DiT"
 
 stage "sampling"
 : > "$OUT/prompts.txt"
-for garment in "a t-shirt" "a trouser" "a pullover" "a dress" "a coat" "a sandal" "a shirt" "a sneaker" "a bag" "an ankle boot"; do
-  for direction in left right up down; do echo "$garment moving $direction" >> "$OUT/prompts.txt"; done
+for round in 1 2; do
+  for garment in "a t-shirt" "a trouser" "a pullover" "a dress" "a coat" "a sandal" "a shirt" "a sneaker" "a bag" "an ankle boot"; do
+    for direction in left right up down; do echo "$garment moving $direction" >> "$OUT/prompts.txt"; done
+  done
 done
 "$MM" sample --model "$OUT/pipe" --prompts "$OUT/prompts.txt" --seed "$SEED" --frames $FRAMES --height $SIZE --width $SIZE \
   --steps "$STEPS" --max-sequence-length $TEXT_LEN --out "$OUT/samples/clip.mp4"

@@ -75,6 +75,22 @@ std::string train_config(const std::string& dir, const std::string& features) {
   return dir + "/cfg.yaml";
 }
 
+// The 10 training losses and the validation losses of run `metrics` within 1e-5 relative of
+// those of `reference`.
+void expect_same_losses(const std::string& reference, const std::string& metrics, const std::string& name) {
+  const auto a = mm::test::metrics_losses(reference), b = mm::test::metrics_losses(metrics);
+  ASSERT_EQ(b.size(), 10u) << name;
+  double worst = 0;
+  for (int64_t it = 1; it <= 10; ++it) {
+    EXPECT_NEAR(b.at(it), a.at(it), 1e-5 * std::abs(a.at(it))) << name << " iteration " << it;
+    worst = std::max(worst, std::abs(b.at(it) - a.at(it)) / std::abs(a.at(it)));
+  }
+  const auto va = mm::test::metrics_val_losses(reference), vb = mm::test::metrics_val_losses(metrics);
+  ASSERT_EQ(va.size(), vb.size()) << name;
+  for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::abs(va[i])) << name;
+  std::printf("flow matching, %s: max relative loss difference over 10 steps %.2e\n", name.c_str(), worst);
+}
+
 }  // namespace
 
 TEST(FlowMatching, NoisesTowardTheTargetVelocity) {
@@ -252,9 +268,7 @@ TEST(FlowMatchingTrain, FsdpDdpAndRecomputeEqualOneProcess) {
   const std::string common = " training.train_iters=10 training.eval_interval=0 ";
   auto one = run_command(mm + " train " + cfg + common + "training.micro_batch_size=4 training.metrics_file=" + dir + "/one.jsonl");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto a = mm::test::metrics_losses(dir + "/one.jsonl");
-  auto va = mm::test::metrics_val_losses(dir + "/one.jsonl");
-  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(mm::test::metrics_losses(dir + "/one.jsonl").size(), 10u);
   const std::pair<std::string, std::string> layouts[] = {
       {"FSDP2 (blocks.{*} by the model's plan)", mm::test::mm_launch(2) + mm + " train " + cfg + " training.micro_batch_size=2"},
       {"DDP2", mm::test::mm_launch(2) + mm + " train " + cfg + " training.micro_batch_size=2 "
@@ -265,17 +279,7 @@ TEST(FlowMatchingTrain, FsdpDdpAndRecomputeEqualOneProcess) {
     const std::string metrics = dir + "/run" + std::to_string(&name - &layouts[0].first) + ".jsonl";
     auto r = run_command(cmd + common + "training.metrics_file=" + metrics);
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
-    auto b = mm::test::metrics_losses(metrics);
-    ASSERT_EQ(b.size(), 10u) << name;
-    double worst = 0;
-    for (int64_t it = 1; it <= 10; ++it) {
-      EXPECT_NEAR(b[it], a[it], 1e-5 * std::abs(a[it])) << name << " iteration " << it;
-      worst = std::max(worst, std::abs(b[it] - a[it]) / std::abs(a[it]));
-    }
-    auto vb = mm::test::metrics_val_losses(metrics);
-    ASSERT_EQ(va.size(), vb.size()) << name;
-    for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::abs(va[i])) << name;
-    std::printf("flow matching, %s: max relative loss difference over 10 steps %.2e\n", name.c_str(), worst);
+    expect_same_losses(dir + "/one.jsonl", metrics, name);
   }
 }
 
@@ -291,9 +295,7 @@ TEST(FlowMatchingTrain, TensorAndPipelineParallelEqualOneProcess) {
                              "training.gradient_accumulation_steps=2 ";
   auto one = run_command(mm + " train " + cfg + common + "training.metrics_file=" + dir + "/one.jsonl");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto a = mm::test::metrics_losses(dir + "/one.jsonl");
-  auto va = mm::test::metrics_val_losses(dir + "/one.jsonl");
-  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(mm::test::metrics_losses(dir + "/one.jsonl").size(), 10u);
   const std::tuple<std::string, int, std::string> layouts[] = {
       {"TP2", 2, "parallel.tensor_parallel_size=2"},
       {"PP2", 2, "parallel.pipeline_parallel_size=2"},
@@ -304,16 +306,6 @@ TEST(FlowMatchingTrain, TensorAndPipelineParallelEqualOneProcess) {
     auto r = run_command(mm::test::mm_launch(ranks) + mm + " train " + cfg + common + overrides +
                          " training.metrics_file=" + metrics);
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
-    auto b = mm::test::metrics_losses(metrics);
-    ASSERT_EQ(b.size(), 10u) << name;
-    double worst = 0;
-    for (int64_t it = 1; it <= 10; ++it) {
-      EXPECT_NEAR(b[it], a[it], 1e-5 * std::abs(a[it])) << name << " iteration " << it;
-      worst = std::max(worst, std::abs(b[it] - a[it]) / std::abs(a[it]));
-    }
-    auto vb = mm::test::metrics_val_losses(metrics);
-    ASSERT_EQ(va.size(), vb.size()) << name;
-    for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::abs(va[i])) << name;
-    std::printf("flow matching, %s: max relative loss difference over 10 steps %.2e\n", name.c_str(), worst);
+    expect_same_losses(dir + "/one.jsonl", metrics, name);
   }
 }

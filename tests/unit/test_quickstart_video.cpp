@@ -1,6 +1,6 @@
 // `make quickstart-video`'s script, every stage, with tiny counts from its environment variables:
 // moving Fashion-MNIST, the VAE trained and its latent statistics measured, the tokenizer and
-// text encoder made, features extracted, the DiT trained, all 40 class x direction prompts
+// text encoder made, features extracted, the DiT trained, the 80 class x direction prompts (each twice)
 // sampled into MP4s and one contact sheet, and the judge's report on them and on real clips.
 // It checks the plumbing (a few steps learn nothing); the quickstart's scores are in
 // examples/wan2.1/README.md, from the full run.
@@ -33,16 +33,16 @@ TEST(QuickstartVideo, ScriptRunsEveryStage) {
   const nlohmann::json vae = nlohmann::json::parse(mm::test::read_file(out + "/pipe/vae/config.json"));
   EXPECT_EQ(vae.at("latents_mean").size(), 16u);
   EXPECT_EQ(vae.at("latents_std").size(), 16u);
-  // 40 videos of 5 frames at 48x48, and one sheet of them four to a row (ten rows of 20 frames).
-  EXPECT_EQ(mm::data::probe_video(out + "/samples/clip_39.mp4").num_frames, 5);
+  // 80 videos of 5 frames at 48x48, and one sheet of them four to a row (20 rows of 20 frames).
+  EXPECT_EQ(mm::data::probe_video(out + "/samples/clip_79.mp4").num_frames, 5);
   const mm::data::Image sheet = mm::data::load_image(out + "/samples/clip.png");
   EXPECT_EQ(sheet.width, 20 * 48 + 19 * 2);
-  EXPECT_EQ(sheet.height, 10 * 48 + 9 * 2);
-  // The judge read every generated clip (each class four times, each direction ten) and the real ones.
+  EXPECT_EQ(sheet.height, 20 * 48 + 19 * 2);
+  // The judge read every generated clip (each class eight times, each direction 20) and the real ones.
   const nlohmann::json j = nlohmann::json::parse(mm::test::read_file(out + "/judge.json"));
   ASSERT_EQ(j.at("files").size(), 2u);
-  EXPECT_EQ(j["files"][0].at("clips"), 40);
+  EXPECT_EQ(j["files"][0].at("clips"), 80);
   EXPECT_EQ(j["files"][1].at("clips"), 8);
-  EXPECT_EQ(j["files"][0]["verdicts"][37].at("want"), "an ankle boot moving right");
+  EXPECT_EQ(j["files"][0]["verdicts"][77].at("want"), "an ankle boot moving right");
   EXPECT_NE(r.output.find("quickstart-video: "), std::string::npos) << r.output;
 }
