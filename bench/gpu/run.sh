@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's one call: build mm with CUDA against that machine's own torch, run the tests
-# labelled `cuda`, and the two GPU benchmarks, each against its baseline measured in the same run;
+# labelled `cuda`, and the GPU benchmarks, each against its baseline measured in the same run;
 # a table goes to $OUT/gpu_bench.md (and stdout). Budget: under 8 minutes on one H200.
 #
 #   1. ~1B Qwen2-architecture decoder (hidden 2048, 16 layers, 16 heads / 4 KV, vocab 151936,
@@ -10,6 +10,9 @@
 #      weights, 8 samples of one 448x448 image + text, bf16) in mm (bench/vl_step) against
 #      Hugging Face transformers + torch with SDPA on the same batches (bench/gpu/vl_step_hf.py).
 #      Goal >= 1.5x its step throughput.
+#   3. Wan2.1 DiT train step (1.3B width, 4 of its 30 blocks, bf16) in mm (bench/dit_step)
+#      against diffusers + torch on the same weights and inputs (bench/dit_step_baseline.py;
+#      diffusers carried in .gpu-deps/py when the machine lacks it).
 #
 # On the device:  bash bench/gpu/run.sh     (with carry [".gpu-deps"] from bench/gpu/prepare_deps.sh)
 # Dry run here:   DRY_RUN=1 bash bench/gpu/run.sh   (the existing ./build, tiny sizes, the CPU)
@@ -129,8 +132,13 @@ fi
 # .gpu-deps/py by prepare_deps.sh when the machine lacks it)
 [[ -d .gpu-deps/py ]] && export PYTHONPATH="$ROOT/.gpu-deps/py${PYTHONPATH:+:$PYTHONPATH}"
 if "$PY" -c "import diffusers" 2>/dev/null; then
-  if [[ "$DRY" == 1 ]]; then DIT=(--heads 2 --head-dim 32 --ffn 128 --layers 2 --text-dim 64 --size 8); DIT_PREC=fp32
-  else DIT=(--heads 12 --head-dim 128 --ffn 8960 --layers 4 --text-dim 4096 --text-len 512 --frames 21 --size 60 --batch 1); DIT_PREC=bf16; fi
+  if [[ "$DRY" == 1 ]]; then
+    DIT=(--heads 2 --head-dim 32 --ffn 128 --layers 2 --text-dim 64 --size 8); DIT_PREC=fp32
+    DIT_LABEL="tiny Wan DiT step (dry run)"
+  else
+    DIT=(--heads 12 --head-dim 128 --ffn 8960 --layers 4 --text-dim 4096 --text-len 512 --frames 21 --size 60 --batch 1); DIT_PREC=bf16
+    DIT_LABEL="Wan2.1-1.3B-width DiT step (4 of 30 blocks, 21x60x60 latents = 18900 tokens, 512 text, bf16)"
+  fi
   rm -rf "$OUT/dit"; mkdir -p "$OUT/dit"
   log "dit_step: prepare (${DIT[*]})"
   "$PY" bench/dit_step_baseline.py --prepare "$OUT/dit" --steps 3 --warmup 1 "${DIT[@]}" > "$OUT/dit_prepare.log" 2>&1
@@ -140,7 +148,7 @@ if "$PY" -c "import diffusers" 2>/dev/null; then
            "${DIT[@]}" 2>&1 | tee "$OUT/dit_step_diffusers.log" | grep RESULT || true)
   mm_ms=$(field step_ms "$mm_dit"); df_ms=$(field step_ms "$df_dit")
   if [[ -n "$mm_ms" && -n "$df_ms" ]]; then
-    row "Wan2.1-1.3B-width DiT step (4 of 30 blocks, 21x60x60 latents = 18900 tokens, 512 text, $DIT_PREC)" "mm $mm_ms ms/step (loss $(field loss_first "$mm_dit"))" \
+    row "$DIT_LABEL" "mm $mm_ms ms/step (loss $(field loss_first "$mm_dit"))" \
         "diffusers $df_ms ms/step (loss $(field loss_first "$df_dit"))" "$("$PY" -c "print(f'{$df_ms/$mm_ms:.2f}x')")"
   else
     row "Wan2.1 DiT step" "mm: ${mm_ms:-failed}" "diffusers: ${df_ms:-failed}" "see dit_step*.log"
