@@ -372,6 +372,9 @@ void Run::finish(TrainSummary& summary) {
   progress_->event(cat("peak resident memory of rank ", par_.env().rank, ": ", fixed(peak / 1048576.0, 1), " MiB (",
                        fixed(start_rss_ / 1048576.0, 1), " MiB before the run: the engine's libraries)"),
                    {{"iter", state_.iteration}, {"peak_rss_bytes", peak}, {"start_rss_bytes", start_rss_}});
+  // No rank leaves while others still communicate: rank 0 hosts the store every collective
+  // reports to, and a pipeline stage's last exchanges can outlast rank 0's export.
+  par_.barrier();
 }
 
 }  // namespace
