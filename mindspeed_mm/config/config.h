@@ -201,6 +201,21 @@ struct DataConfig {
   }
 };
 
+// Frozen encoders run on each batch before the objective (online encoding, as MindSpeed-MM's
+// video models do with their ae and text_encoder): model.encoders {id: wan, path: PIPE} turns a
+// videos dataset's clips and captions into the VAE's normalised latents and umT5's text features
+// on the training device, instead of reading them from `mm data extract-features`' output.
+struct EncodersConfig {
+  std::string id;                          // input-encoder registry id ("" = none): wan
+  std::string path;                        // wan: a pipeline directory with vae/, text_encoder/, tokenizer/
+  int64_t max_sequence_length = 512;       // text tokens per caption (padded; as extract-features)
+  template <class IO> void io(IO& io) {
+    io("id", id);
+    io("path", path);
+    io("max_sequence_length", max_sequence_length, gt(0));
+  }
+};
+
 struct ModelConfig {
   std::string id = "qwen2";                // model registry id
   std::string pretrained;                  // HF directory: config.json + safetensors weights
@@ -212,12 +227,14 @@ struct ModelConfig {
   // (a Qwen2 directory for Qwen2-VL's language_model, a CLIP vision directory for LLaVA's
   // vision_tower); it is loaded after model.pretrained. trainable false freezes the part.
   nlohmann::json parts = nlohmann::json::object();
+  EncodersConfig encoders;
   template <class IO> void io(IO& io) {
     io("id", id);
     io("pretrained", pretrained);
     io("config_path", config_path);
     io("config", config);
     io("parts", parts);
+    io.section("encoders", encoders);
   }
 };
 

@@ -60,6 +60,7 @@ Batch batch_to_device(const Batch& b, const at::Device& device) {
   if (device.is_cpu()) return b;
   Batch d;
   d.sources = b.sources;
+  d.captions = b.captions;
   d.num_samples = b.num_samples;
   for (const auto& f : b.fields()) d.set(f.name, f.host ? f.tensor : to_device(f.tensor, device), f.host);
   return d;

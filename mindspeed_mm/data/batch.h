@@ -48,6 +48,9 @@ inline constexpr std::string_view kNoisyLatents = "noisy_latents";           // 
 inline constexpr std::string_view kTimesteps = "timesteps";                  // float [B], in [0, 1000)
 inline constexpr std::string_view kFlowTarget = "flow_target";               // noise - latents
 inline constexpr std::string_view kNoiseSeeds = "noise_seeds";               // int64 [B]: a seed per sample's draws
+// Text per sample, for frozen encoders that tokenize it themselves (training/input_encoder.h):
+// not a tensor but Batch::captions; a dataset that has them lists the name among its fields.
+inline constexpr std::string_view kCaptions = "captions";
 
 // Named tensors in insertion order (a handful per batch: a linear search is the fast lookup).
 class TensorMap {
@@ -78,6 +81,7 @@ class Batch : public TensorMap {
   // The field, or an error naming it and the batch's first sample when the batch lacks it.
   const at::Tensor& require(std::string_view name) const;
   std::vector<std::string> sources;  // where each sample came from ("train.jsonl:12")
+  std::vector<std::string> captions;  // each sample's caption, when the dataset has kCaptions
   int64_t num_samples = 0;
 };
 

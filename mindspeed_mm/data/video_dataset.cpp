@@ -1,14 +1,13 @@
-// The "videos" dataset (data.dataset: videos): JSONL records {"path": clip, ...} (data.paths;
+// The "videos" dataset (data.dataset: videos): JSONL records {"path": clip, "cap": text} (data.paths;
 // paths relative to data.media_root, default the JSONL's folder), each decoded into a clip of
 // data.video.frames frames at data.video.fps, resized to cover data.video.height x width and
 // centre-cropped, in [-1, 1]: batches of kVideo [B, 3, F, H, W] and kSampleIds (what a VAE
-// trains on). data.val_fraction holds records out (seeded by data.seed). A clip that cannot be
-// read or is too short is skipped (the next one takes its place), named once in a warning and
-// counted; more than data.max_bad_fraction of the clips tried stops the run.
-#include <filesystem>
-#include <fstream>
+// trains on), plus each sample's caption (Batch::captions, field kCaptions) when every record
+// has one (what frozen encoders turn into text features: model.encoders). data.val_fraction
+// holds records out (seeded by data.seed). A clip that cannot be read or is too short is
+// skipped (the next one takes its place), named once in a warning and counted; more than
+// data.max_bad_fraction of the clips tried stops the run.
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "mindspeed_mm/core/errors.h"
@@ -17,13 +16,13 @@
 #include "mindspeed_mm/data/media/video_clip.h"
 #include "mindspeed_mm/data/sampler.h"
 
-namespace fs = std::filesystem;
-
 namespace mm::data {
 namespace {
 
 struct ClipSet {
   std::vector<std::string> paths, sources;  // resolved path, "file.jsonl:line" per record
+  std::vector<std::string> captions;        // per record ("" without one)
+  bool captioned = false;                   // every record has a caption: batches carry them
   config::VideoClipConfig clip;
   double max_bad_fraction = 0.1;
   std::set<int64_t> bad;
@@ -51,6 +50,8 @@ struct ClipSet {
     b.set(kVideo, at::stack(clips));
     b.set(kSampleIds, at::tensor(idx, at::kLong), /*host=*/true);
     for (int64_t i : idx) b.sources.push_back(sources[static_cast<size_t>(i)]);
+    if (captioned)
+      for (int64_t i : idx) b.captions.push_back(captions[static_cast<size_t>(i)]);
     return b;
   }
 };
@@ -88,31 +89,21 @@ TrainData make_video_data(const config::DataConfig& c, const DataContext& ctx) {
   auto set = std::make_shared<ClipSet>();
   set->clip = c.video;
   set->max_bad_fraction = c.max_bad_fraction;
+  int64_t with_caption = 0;
+  std::string uncaptioned;  // the first record without a caption
   for (const std::string& file : c.paths) {
-    std::ifstream in(file);
-    if (!in) throw Error(cat("data: ", file, ": cannot open"));
-    const fs::path root = c.media_root.empty() ? fs::path(file).parent_path() : fs::path(c.media_root);
-    int64_t line_no = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json r;
-      try {
-        r = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception&) {
-        log::warn("data: skipped ", file, ":", line_no, ": not valid JSON");
-        continue;
-      }
-      if (!r.is_object() || !r.contains("path") || !r["path"].is_string()) {
-        log::warn("data: skipped ", file, ":", line_no, ": has no \"path\" string");
-        continue;
-      }
-      fs::path p = r["path"].get<std::string>();
-      if (p.is_relative()) p = root / p;
-      set->paths.push_back(p.string());
-      set->sources.push_back(cat(file, ":", line_no));
+    for (VideoRecord& r : read_video_records(file, c.media_root)) {
+      set->paths.push_back(r.path);
+      set->sources.push_back(r.source);
+      set->captions.push_back(r.caption);
+      if (r.has_caption) ++with_caption;
+      else if (uncaptioned.empty()) uncaptioned = r.source;
     }
   }
+  const auto records = static_cast<int64_t>(set->paths.size());
+  if (with_caption > 0 && with_caption < records)
+    log::warn("data: ", records - with_caption, " of ", records, " records have no \"cap\" (or \"caption\") string, the first ",
+              uncaptioned, ": the batches carry no captions");
   std::vector<int64_t> train, val;
   for (int64_t i = 0; i < static_cast<int64_t>(set->paths.size()); ++i) {
     (held_out(static_cast<uint64_t>(c.seed), i, c.val_fraction) ? val : train).push_back(i);
@@ -124,6 +115,8 @@ TrainData make_video_data(const config::DataConfig& c, const DataContext& ctx) {
             c.video.fps, " fps, ", c.video.height, "x", c.video.width);
   TrainData d;
   d.fields = {std::string(kVideo), std::string(kSampleIds)};
+  set->captioned = records > 0 && with_caption == records;
+  if (set->captioned) d.fields.emplace_back(kCaptions);
   ResumableSampler sampler(static_cast<int64_t>(train.size()), static_cast<uint64_t>(c.seed), true, ctx.rank, ctx.world);
   d.train = std::make_unique<ClipStream>(set, train, std::move(sampler), ctx.micro_batch_size);
   if (!val.empty()) {

@@ -3,7 +3,6 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -15,8 +14,6 @@
 #include "mindspeed_mm/data/features.h"
 #include "mindspeed_mm/data/media/video_clip.h"
 #include "mindspeed_mm/data/media/video.h"
-
-namespace fs = std::filesystem;
 
 namespace mm::inference {
 
@@ -39,39 +36,23 @@ std::vector<VideoBucket> parse_buckets(const std::string& spec, const std::strin
 
 ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl, const std::string& out,
                                const ExtractOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
-  std::ifstream in(jsonl);
-  if (!in) throw Error(cat("data: ", jsonl, ": cannot open"));
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
-  if (lines.empty()) throw Error(cat("data: ", jsonl, ": no records"));
-  const fs::path root = o.media_root.empty() ? fs::path(jsonl).parent_path() : fs::path(o.media_root);
+  ExtractReport rep;
+  const std::vector<data::VideoRecord> records = data::read_video_records(jsonl, o.media_root, &rep.skipped);
+  const int64_t total = static_cast<int64_t>(records.size()) + rep.skipped;
+  if (total == 0) throw Error(cat("data: ", jsonl, ": no records"));
 
   data::FeatureWriter writer(out);
-  ExtractReport rep;
   rep.per_bucket.assign(o.buckets.size(), 0);
   at::NoGradGuard no_grad;
   const at::Device device = pipe.vae->encoder->conv_in->weight.device();
-  int64_t line_no = 0, done = 0;
-  for (const std::string& line : lines) {
-    ++line_no;
-    const std::string where = cat(jsonl, ":", line_no);
+  int64_t done = rep.skipped;
+  for (const data::VideoRecord& r : records) {
     try {
-      nlohmann::json r;
-      try {
-        r = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(cat("not valid JSON (", e.what(), ")"));
-      }
-      if (!r.is_object() || !r.contains("path") || !r["path"].is_string()) throw Error("has no \"path\" string");
-      const char* cap_key = r.contains("cap") ? "cap" : "caption";
-      if (!r.contains(cap_key) || !r[cap_key].is_string()) throw Error("has no \"cap\" (or \"caption\") string");
-      fs::path path = r["path"].get<std::string>();
-      if (path.is_relative()) path = root / path;
+      if (!r.has_caption) throw Error("has no \"cap\" (or \"caption\") string");
       // The bucket nearest the video's aspect ratio among those it has the frames for.
       int best = -1;
       std::vector<int64_t> indices;
-      const data::DecodedVideo video = data::decode_video_frames(path.string(), [&](const data::VideoInfo& info) {
+      const data::DecodedVideo video = data::decode_video_frames(r.path, [&](const data::VideoInfo& info) {
         double best_score = std::numeric_limits<double>::infinity();
         for (size_t b = 0; b < o.buckets.size(); ++b) {
           const VideoBucket& k = o.buckets[b];
@@ -91,20 +72,20 @@ ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl
       const at::Tensor clip = data::frames_to_clip(video.frames, k.height, k.width).unsqueeze(0);
       data::FeatureSample s;
       s.latents = pipe.vae->encode(clip.to(device))[0].cpu();
-      s.caption = r[cap_key].get<std::string>();
+      s.caption = r.caption;
       s.prompt_embeds = encode_prompts(pipe, {s.caption}, o.max_sequence_length)[0].cpu();
       writer.add(s);
       ++rep.written;
       ++rep.per_bucket[static_cast<size_t>(best)];
     } catch (const Error& e) {
       ++rep.skipped;
-      log::warn("data: skipped ", where, ": ", e.what());
+      log::warn("data: skipped ", r.source, ": ", e.what());
     }
-    if (progress) progress(++done, static_cast<int64_t>(lines.size()));
+    if (progress) progress(++done, total);
   }
-  if (rep.written == 0) throw Error(cat("data: ", jsonl, ": every one of its ", lines.size(), " records was skipped"));
-  if (static_cast<double>(rep.skipped) > o.max_bad_fraction * static_cast<double>(lines.size()))
-    throw Error(cat("data: ", jsonl, ": ", rep.skipped, " of ", lines.size(), " records skipped, more than ",
+  if (rep.written == 0) throw Error(cat("data: ", jsonl, ": every one of its ", total, " records was skipped"));
+  if (static_cast<double>(rep.skipped) > o.max_bad_fraction * static_cast<double>(total))
+    throw Error(cat("data: ", jsonl, ": ", rep.skipped, " of ", total, " records skipped, more than ",
                     o.max_bad_fraction * 100, "%"));
   writer.finish(encode_prompts(pipe, {""}, o.max_sequence_length)[0].cpu());
   return rep;
@@ -112,29 +93,16 @@ ExtractReport extract_features(const WanPipeline& pipe, const std::string& jsonl
 
 LatentStats latent_stats(const models::AutoencoderKLWan& vae, const std::string& jsonl, const VideoBucket& bucket, double fps,
                          int64_t max_samples, const std::string& media_root) {
-  std::ifstream in(jsonl);
-  if (!in) throw Error(cat("data: ", jsonl, ": cannot open"));
-  const fs::path root = media_root.empty() ? fs::path(jsonl).parent_path() : fs::path(media_root);
+  LatentStats st;
+  const std::vector<data::VideoRecord> records = data::read_video_records(jsonl, media_root, &st.skipped);
   const int64_t z = vae.config.z_dim;
   at::Tensor sum = at::zeros({z}, at::kDouble), sumsq = at::zeros({z}, at::kDouble);
-  int64_t count = 0, line_no = 0;
-  LatentStats st;
+  int64_t count = 0;
   const at::Device device = vae.quant_conv->weight.device();
   at::NoGradGuard no_grad;
-  for (std::string line; st.samples < max_samples && std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  for (size_t i = 0; i < records.size() && st.samples < max_samples; ++i) {
     try {
-      nlohmann::json r;
-      try {
-        r = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(cat("not valid JSON (", e.what(), ")"));
-      }
-      if (!r.is_object() || !r.contains("path") || !r["path"].is_string()) throw Error("has no \"path\" string");
-      fs::path path = r["path"].get<std::string>();
-      if (path.is_relative()) path = root / path;
-      const at::Tensor clip = data::load_video_clip(path.string(), bucket.height, bucket.width, bucket.frames, fps);
+      const at::Tensor clip = data::load_video_clip(records[i].path, bucket.height, bucket.width, bucket.frames, fps);
       const at::Tensor mean = vae.encode_moments(clip.unsqueeze(0).to(device)).narrow(1, 0, z).to(at::kDouble).cpu();
       sum += mean.sum({0, 2, 3, 4});
       sumsq += mean.square().sum({0, 2, 3, 4});
@@ -142,7 +110,7 @@ LatentStats latent_stats(const models::AutoencoderKLWan& vae, const std::string&
       ++st.samples;
     } catch (const Error& e) {
       ++st.skipped;
-      log::warn("data: skipped ", jsonl, ":", line_no, ": ", e.what());
+      log::warn("data: skipped ", records[i].source, ": ", e.what());
     }
   }
   if (st.samples == 0) throw Error(cat("data: ", jsonl, ": no clip could be encoded for latent statistics"));

@@ -93,6 +93,15 @@ std::shared_ptr<Communicator> Communicator::create(const DistEnv& env, std::chro
     opts->threads = 2;
     c->impl_->options = opts;
     c->impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(c->impl_->store, env.rank, env.world_size, opts);
+    // No rank leaves before every rank has its connections: one that finished joining and exited
+    // at once (a worker with nothing to exchange) closed its sockets under peers still completing
+    // Gloo's full-mesh handshake, and they failed with "connection closed by peer". (Not counted
+    // as a collective: the numbers in fault messages start at the program's first.)
+    if (env.world_size > 1) {
+      c10d::BarrierOptions bo;
+      bo.timeout = timeout;
+      c->impl_->gloo->barrier(bo)->wait(timeout);
+    }
     c->impl_->want_nccl = device.is_cuda();
 #ifdef MM_WITH_CUDA
     if (c->impl_->want_nccl)

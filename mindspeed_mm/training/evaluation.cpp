@@ -10,7 +10,7 @@ namespace mm::training {
 
 double evaluate(models::Model& model, const Objective& objective, const data::ValPass& val, int64_t batch_size,
                 int64_t max_batches, bool bf16, DataParallelModel* dp, const TrainParallel* par,
-                PipelineRunner* pipeline, std::vector<double>* parts) {
+                PipelineRunner* pipeline, std::vector<double>* parts, const InputEncoder* encoder) {
   at::NoGradGuard no_grad;
   const at::Device device = model_device(model);
   AutocastScope autocast(bf16, device.type());
@@ -22,6 +22,7 @@ double evaluate(models::Model& model, const Objective& objective, const data::Va
   at::Tensor parts_t = at::zeros({n_parts}, at::TensorOptions().dtype(at::kDouble).device(device));
   val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& host) {
     data::Batch b = data::batch_to_device(host, device);
+    if (encoder) encoder->encode(b, b);
     objective.prepare(b, Objective::kValidationStep);
     if (dp) dp->begin_forward();
     EvalSums s = pipeline ? pipeline->eval_sums(b, objective) : objective.eval_sums(model.forward(b), b);

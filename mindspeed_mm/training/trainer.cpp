@@ -60,6 +60,7 @@ class Run {
   std::shared_ptr<models::Model> model_;
   TrainParallel par_;
   std::unique_ptr<Objective> objective_;
+  std::unique_ptr<InputEncoder> encoder_;  // model.encoders: frozen, applied to every batch first
   std::unique_ptr<DataParallelModel> dp_;
   std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -107,15 +108,25 @@ Run::Run(const config::Config& cfg)
       log::info("pipeline schedule of one step:\n",
                 print_schedule(par_.pp_size(), m, dp_->pipeline_layout()->virtual_chunks));
   }
-  // The fields the model and the objective need must be ones the dataset produces.
+  encoder_ = make_input_encoder(cfg, device_);
+  if (encoder_) {
+    encoder_->check(*model_);
+    log::info("encoders: ", cfg.model.encoders.id, " from ", cfg.model.encoders.path, ": ", encoder_->describe());
+  }
+  // The fields the model, the objective and the encoders need must be ones the dataset produces
+  // (or the encoders or the objective add).
   std::vector<std::string> needed = model_->required_fields();
   for (const auto& f : objective_->required_fields()) needed.push_back(f);
   std::vector<std::string> have = data_.fields;
   for (const auto& f : objective_->provided_fields()) have.push_back(f);
+  if (encoder_) {
+    for (const auto& f : encoder_->required_fields()) needed.push_back(f);
+    for (const auto& f : encoder_->provided_fields()) have.push_back(f);
+  }
   if (std::string missing = data::missing_fields(needed, have); !missing.empty())
     throw ConfigError(cat("config: data.dataset ", cfg.data.dataset, " produces no ", missing, " (model ", cfg.model.id,
                           " with objective ", tc_.objective == "auto" ? model_->default_objective() : tc_.objective,
-                          " needs it)"));
+                          encoder_ ? " and encoders " + cfg.model.encoders.id : std::string(), " needs it)"));
   read_fields_ = needed;
   for (const auto& f : model_->optional_fields()) read_fields_.push_back(f);
   for (const auto& f : objective_->optional_fields()) read_fields_.push_back(f);
@@ -158,6 +169,7 @@ void Run::prepare(const TrainParallel& par) {
   optimizer_registry().get(tc_.optimizer.id, "training.optimizer.id");
   lr_schedule_registry().get(tc_.lr_schedule.id, "training.lr_schedule.id");
   if (tc_.objective != "auto") objective_registry().get(tc_.objective, "training.objective");
+  if (!cfg.model.encoders.id.empty()) input_encoder_registry().get(cfg.model.encoders.id, "model.encoders.id");
   if (!par.is_main()) log::set_level(log::Level::kWarn);  // the other ranks stay quiet
   log::info("device: ", describe_device(device_),
             par.env().distributed() ? cat(" (LOCAL_RANK ", par.env().local_rank, ")") : "");
@@ -241,6 +253,7 @@ void Run::step() {
   std::vector<MicroBatch> micro;
   for (int64_t m = 0; m < tc_.gradient_accumulation_steps; ++m) {
     micro.push_back(batches_->next());
+    if (encoder_) encoder_->encode(micro.back().device, micro.back().host);
     if (!warned_unread_) warn_unread_fields(micro.back().host);
   }
   StepEnv env{*model_, *objective_, *dp_, *optimizer_, par_, tc_.precision == "bf16", tc_.clip_grad};
@@ -310,7 +323,7 @@ void Run::step() {
 double Run::validate(const std::string& when, bool with_baseline) {
   std::vector<double> parts;
   const double v = evaluate(*model_, *objective_, data_.val, tc_.micro_batch_size, tc_.eval_iters,
-                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get(), &parts);
+                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get(), &parts, encoder_.get());
   std::string line = cat("validation ", when, ": ", objective_->describe(v));
   nlohmann::json record = {{"iter", state_.iteration}, {"val_loss", v}};
   record.update(objective_->eval_record(v));

@@ -111,3 +111,72 @@ TEST(ExtractFeatures, ClipsToBucketedFeaturesAndTraining) {
   EXPECT_EQ(mm::test::metrics_losses(dir + "/m.jsonl").size(), 4u);
   EXPECT_TRUE(std::filesystem::exists(dir + "/tuned/config.json"));
 }
+
+// Online encoding (model.encoders {id: wan}): the videos dataset's clips and captions run through
+// the pipeline's frozen VAE and umT5 every step give the transformer the same training as the
+// features `mm data extract-features` wrote from the same JSONL: equal losses and validation
+// losses (same samples, timesteps, noise and text dropout; batched encoding rounds differently
+// from one clip at a time, hence 1e-5).
+TEST(ExtractFeatures, OnlineEncodingTrainsAsExtractedFeatures) {
+  const std::string dir = mm::test::fresh_dir("online_encoding");
+  const nlohmann::json spec = {{"prompt", "a sandal"}, {"negative_prompt", ""}, {"height", 32}, {"width", 32},
+                               {"frames", 5}, {"steps", 1}, {"guidance_scale", 1.0}, {"seed", 1}, {"shift", 3.0},
+                               {"max_sequence_length", 8}};
+  mm::test::write_file(dir + "/spec.json", spec.dump());
+  auto r = run_command(std::string(MM_PYTHON) + " " + mm::test::source_dir() +
+                       "/tests/conformance/diffusers_reference.py wan_pipeline " + dir + "/pipe " + dir + "/spec.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::filesystem::create_directories(dir + "/clips");
+  const char* caps[] = {"a sandal moving left", "a bag moving up", "a shirt moving right", "a coat moving down",
+                        "a dress moving left", "a sneaker moving up"};
+  std::string jsonl;
+  for (int i = 0; i < 6; ++i) {
+    write_clip(dir + "/clips/c" + std::to_string(i) + ".mp4", 9, 32, 32, 16.0, i);
+    jsonl += "{\"path\": \"clips/c" + std::to_string(i) + ".mp4\", \"cap\": \"" + caps[i] + "\"}\n";
+  }
+  mm::test::write_file(dir + "/videos.jsonl", jsonl);
+  const std::string mm = mm::test::mm_binary();
+  auto e = run_command(mm + " data extract-features --model " + dir + "/pipe --data " + dir + "/videos.jsonl --out " + dir +
+                       "/features --buckets 32x32x5 --max-sequence-length 8");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+
+  const std::string model = "model:\n  id: wan_dit\n  pretrained: " + dir + "/pipe/transformer\n";
+  const std::string rest =
+      "training:\n  train_iters: 4\n  micro_batch_size: 2\n  optimizer: {lr: 0.001}\n"
+      "  flow_matching: {shift: 3.0, text_dropout: 0.5}\n  eval_interval: 2\n  eval_iters: 2\n"
+      "tools:\n  progress: lines\n";
+  mm::test::write_file(dir + "/features.yaml",
+                       "data:\n  dataset: features\n  paths: [" + dir + "/features]\n  val_fraction: 0.3\n" + model + rest);
+  mm::test::write_file(dir + "/online.yaml",
+                       "data:\n  dataset: videos\n  paths: [" + dir + "/videos.jsonl]\n  val_fraction: 0.3\n"
+                       "  video: {height: 32, width: 32, frames: 5, fps: 16}\n" + model +
+                       "  encoders: {id: wan, path: " + dir + "/pipe, max_sequence_length: 8}\n" + rest);
+  auto a = run_command(mm + " train " + dir + "/features.yaml training.metrics_file=" + dir + "/a.jsonl");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = run_command(mm + " train " + dir + "/online.yaml training.metrics_file=" + dir + "/b.jsonl");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("encoders: wan from " + dir + "/pipe"), std::string::npos) << b.output;
+  const auto la = mm::test::metrics_losses(dir + "/a.jsonl"), lb = mm::test::metrics_losses(dir + "/b.jsonl");
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 4u);
+  for (const auto& [it, loss] : la) EXPECT_NEAR(lb.at(it), loss, 1e-5 * std::fabs(loss)) << "iteration " << it;
+  const auto va = mm::test::metrics_val_losses(dir + "/a.jsonl"), vb = mm::test::metrics_val_losses(dir + "/b.jsonl");
+  ASSERT_GE(va.size(), 2u);
+  ASSERT_EQ(va.size(), vb.size());
+  for (size_t i = 0; i < va.size(); ++i) EXPECT_NEAR(vb[i], va[i], 1e-5 * std::fabs(va[i])) << "validation " << i;
+
+  // Captions missing from the data: one line naming the field at start.
+  std::string nocap;
+  for (int i = 0; i < 6; ++i) nocap += "{\"path\": \"clips/c" + std::to_string(i) + ".mp4\"}\n";
+  mm::test::write_file(dir + "/nocap.jsonl", nocap);
+  auto c = run_command(mm + " train " + dir + "/online.yaml data.paths=[" + dir + "/nocap.jsonl]");
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.output.find("data.dataset videos produces no captions (model wan_dit with objective flow_matching and encoders wan needs it)"),
+            std::string::npos) << c.output;
+  // A transformer whose text width is not the text encoder's.
+  auto d = run_command(mm + " train " + dir + "/online.yaml model.pretrained= model.config.text_dim=24 model.config.num_layers=1 "
+                       "model.config.num_attention_heads=2 model.config.attention_head_dim=8 model.config.in_channels=4 "
+                       "model.config.out_channels=4");
+  EXPECT_NE(d.exit_code, 0);
+  EXPECT_NE(d.output.find("is not the transformer's text_dim 24"), std::string::npos) << d.output;
+}

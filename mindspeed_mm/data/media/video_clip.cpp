@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/media/image_resize.h"
 #include "mindspeed_mm/data/media/video.h"
 
@@ -41,6 +45,46 @@ at::Tensor load_video_clip(const std::string& path, int64_t height, int64_t widt
     return idx;
   });
   return frames_to_clip(v.frames, height, width);
+}
+
+std::vector<VideoRecord> read_video_records(const std::string& jsonl, const std::string& media_root, int64_t* skipped) {
+  namespace fs = std::filesystem;
+  std::ifstream in(jsonl);
+  if (!in) throw Error(cat("data: ", jsonl, ": cannot open"));
+  const fs::path root = media_root.empty() ? fs::path(jsonl).parent_path() : fs::path(media_root);
+  std::vector<VideoRecord> out;
+  int64_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = cat(jsonl, ":", line_no);
+    nlohmann::json r;
+    try {
+      r = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      log::warn("data: skipped ", where, ": not valid JSON (", e.what(), ")");
+      if (skipped) ++*skipped;
+      continue;
+    }
+    if (!r.is_object() || !r.contains("path") || !r["path"].is_string()) {
+      log::warn("data: skipped ", where, ": has no \"path\" string");
+      if (skipped) ++*skipped;
+      continue;
+    }
+    VideoRecord rec;
+    fs::path p = r["path"].get<std::string>();
+    if (p.is_relative()) p = root / p;
+    rec.path = p.string();
+    rec.source = where;
+    for (const char* key : {"cap", "caption"})
+      if (r.contains(key) && r[key].is_string()) {
+        rec.caption = r[key].get<std::string>();
+        rec.has_caption = true;
+        break;
+      }
+    out.push_back(std::move(rec));
+  }
+  return out;
 }
 
 }  // namespace mm::data

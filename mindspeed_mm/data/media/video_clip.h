@@ -23,4 +23,20 @@ at::Tensor frames_to_clip(const std::vector<Image>& frames, int64_t height, int6
 // `frames` frames at `fps`.
 at::Tensor load_video_clip(const std::string& path, int64_t height, int64_t width, int64_t frames, double fps);
 
+// One line of a video + caption JSONL: {"path": "clips/a.mp4", "cap": "a sandal moving left"}
+// ("caption" is read too; the caption is optional here, its users require it).
+struct VideoRecord {
+  std::string path;     // resolved against the media root
+  std::string caption;
+  bool has_caption = false;
+  std::string source;   // "videos.jsonl:12"
+};
+
+// The records of `jsonl`, relative paths resolved against media_root (default: the file's
+// folder). A line that is not a JSON object with a "path" string is skipped with a warning
+// naming it, and counted in *skipped; blank lines are not records. mm::Error when the file cannot
+// be opened.
+std::vector<VideoRecord> read_video_records(const std::string& jsonl, const std::string& media_root = "",
+                                            int64_t* skipped = nullptr);
+
 }  // namespace mm::data
