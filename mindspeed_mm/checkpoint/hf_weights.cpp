@@ -95,19 +95,42 @@ HFWeights::HFWeights(const std::string& dir_or_file) : source_(dir_or_file) {
   std::vector<std::string> plain_files;  // opened eagerly: their keys are in their headers
   std::string torch_file;
   if (fs::is_directory(src, ec)) {
-    std::vector<std::string> torch_files;
-    bool safetensors = false;
+    // One listing: safetensors (the single file, an index, other shards) before a PyTorch file.
+    std::vector<std::string> indexes, shards, torch_files;
     for (const auto& e : fs::directory_iterator(src, ec)) {
       const std::string name = e.path().filename().string();
       if (!e.is_regular_file(ec)) continue;
-      if (ends_with(name, ".safetensors") || ends_with(name, ".safetensors.index.json")) safetensors = true;
+      if (ends_with(name, ".safetensors.index.json")) indexes.push_back(e.path().string());
+      else if (ends_with(name, ".safetensors")) shards.push_back(e.path().string());
       else if (is_torch_checkpoint(name)) torch_files.push_back(e.path().string());
     }
-    if (!safetensors && torch_files.size() > 1)
+    std::sort(indexes.begin(), indexes.end());
+    std::sort(shards.begin(), shards.end());
+    std::sort(torch_files.begin(), torch_files.end());
+    if (is_file(src / kSingleFile)) {
+      plain_files.push_back((src / kSingleFile).string());
+    } else if (is_file(src / kIndexFile)) {
+      index_path_ = (src / kIndexFile).string();
+    } else if (indexes.size() > 1) {
+      fail(dir_or_file, cat("several *.safetensors.index.json files (", indexes[0], ", ", indexes[1], "); pass the one to use"));
+    } else if (indexes.size() == 1) {
+      index_path_ = indexes[0];
+    } else if (!shards.empty()) {
+      plain_files = shards;
+    } else if (torch_files.size() > 1) {
       fail(dir_or_file, cat("several PyTorch checkpoints (", torch_files[0], ", ", torch_files[1], "); pass the one to use"));
-    if (!safetensors && torch_files.size() == 1) torch_file = torch_files[0];
+    } else if (torch_files.size() == 1) {
+      torch_file = torch_files[0];
+    } else {
+      fail(dir_or_file, cat("no ", kSingleFile, ", ", kIndexFile, " or other *.safetensors file"));
+    }
   } else if (is_file(src) && is_torch_checkpoint(dir_or_file)) {
     torch_file = dir_or_file;
+  } else if (is_file(src)) {
+    if (ends_with(dir_or_file, ".json")) index_path_ = dir_or_file;
+    else plain_files.push_back(dir_or_file);
+  } else {
+    fail(dir_or_file, "no such file or directory");
   }
   if (!torch_file.empty()) {
     for (auto& [name, t] : read_torch_state_dict(torch_file)) {
@@ -115,37 +138,6 @@ HFWeights::HFWeights(const std::string& dir_or_file) : source_(dir_or_file) {
       keys_.push_back(name);
     }
     return;
-  }
-  if (fs::is_directory(src, ec)) {
-    if (is_file(src / kSingleFile)) {
-      plain_files.push_back((src / kSingleFile).string());
-    } else if (is_file(src / kIndexFile)) {
-      index_path_ = (src / kIndexFile).string();
-    } else {
-      std::vector<std::string> indexes;
-      for (const auto& e : fs::directory_iterator(src, ec)) {
-        const std::string name = e.path().filename().string();
-        if (!e.is_regular_file(ec)) continue;
-        if (ends_with(name, ".safetensors.index.json")) indexes.push_back(e.path().string());
-        else if (ends_with(name, ".safetensors")) plain_files.push_back(e.path().string());
-      }
-      std::sort(indexes.begin(), indexes.end());
-      std::sort(plain_files.begin(), plain_files.end());
-      if (indexes.size() > 1)
-        fail(dir_or_file, cat("several *.safetensors.index.json files (", indexes[0], ", ", indexes[1],
-                              "); pass the one to use"));
-      if (indexes.size() == 1) {
-        index_path_ = indexes[0];
-        plain_files.clear();
-      } else if (plain_files.empty()) {
-        fail(dir_or_file, cat("no ", kSingleFile, ", ", kIndexFile, " or other *.safetensors file"));
-      }
-    }
-  } else if (is_file(src)) {
-    if (ends_with(dir_or_file, ".json")) index_path_ = dir_or_file;
-    else plain_files.push_back(dir_or_file);
-  } else {
-    fail(dir_or_file, "no such file or directory");
   }
 
   if (!index_path_.empty()) {
