@@ -6,7 +6,8 @@
 // Each video is an H.264 MP4 plus a PNG contact sheet of its frames beside it (same name, .png);
 // prompt k of a file uses seed + k, and a JSONL beside the videos (videos/clip.jsonl) lists each
 // one as {"path", "cap", "seed"}, the records `mm data extract-features` and `mm judge` read, and
-// videos/clip.png is a sheet of every video's frames, four videos to a row.
+// videos/clip.png is a sheet of every video (up to 8 of its frames, at most 128 pixels a side),
+// four videos to a row.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -52,6 +53,25 @@ std::string output_path(const std::string& out, size_t k, size_t n) {
   return (p.parent_path() / (p.stem().string() + "_" + std::to_string(k) + p.extension().string())).string();
 }
 
+// What the all-videos sheet keeps of one video: at most 8 frames, evenly spaced, each scaled
+// down to at most 128 pixels on its longer side ([n, h, w, 3] uint8), so the sheet of many long
+// 480p videos holds kilobytes per video, not the ~100 MB of its frames.
+at::Tensor sheet_thumbnails(const std::vector<at::Tensor>& frames) {
+  constexpr int64_t kFrames = 8, kSide = 128;
+  const int64_t n = std::min<int64_t>(kFrames, static_cast<int64_t>(frames.size()));
+  std::vector<at::Tensor> picked;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = n == 1 ? 0 : i * (static_cast<int64_t>(frames.size()) - 1) / (n - 1);
+    picked.push_back(frames[static_cast<size_t>(t)]);
+  }
+  at::Tensor f = at::stack(picked);  // [n, H, W, 3]
+  const int64_t h = f.size(1), w = f.size(2), longer = std::max(h, w);
+  if (longer <= kSide) return f;
+  const int64_t nh = std::max<int64_t>(1, h * kSide / longer), nw = std::max<int64_t>(1, w * kSide / longer);
+  const at::Tensor x = f.permute({0, 3, 1, 2}).to(at::kFloat);
+  return at::upsample_bilinear2d(x, {nh, nw}, false).round().clamp(0, 255).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
+}
+
 int run_sample() {
   if (args.prompt.empty() == args.prompts_file.empty())
     throw ConfigError("config: give exactly one of --prompt TEXT and --prompts FILE");
@@ -62,7 +82,7 @@ int run_sample() {
   std::printf("sample: loading %s on %s\n", args.model.c_str(), describe_device(device).c_str());
   const inference::WanPipeline pipe = inference::load_wan_pipeline(args.model, device);
   std::string manifest;
-  std::vector<at::Tensor> all_frames;
+  std::vector<at::Tensor> all_frames;  // per video: sheet_thumbnails
   for (size_t k = 0; k < prompts.size(); ++k) {
     inference::WanSampleOptions o = args.o;
     o.seed = args.o.seed + k;
@@ -86,7 +106,7 @@ int run_sample() {
     writer.close();
     const std::string sheet = fs::path(path).replace_extension(".png").string();
     data::write_contact_sheet(sheet, at::stack(frames), args.sheet_columns);
-    if (prompts.size() > 1) all_frames.insert(all_frames.end(), frames.begin(), frames.end());
+    if (prompts.size() > 1) all_frames.push_back(sheet_thumbnails(frames));
     std::printf("sample: wrote %s (%lld frames at %.0f fps) and %s\n", path.c_str(), static_cast<long long>(writer.frames()),
                 args.fps, sheet.c_str());
     manifest += nlohmann::json({{"path", fs::path(path).filename().string()}, {"cap", prompts[k]}, {"seed", o.seed}}).dump() + "\n";
@@ -95,8 +115,8 @@ int run_sample() {
   if (prompts.size() > 1) {
     // One sheet of every video, four to a row, each video's frames left to right.
     const std::string sheet = fs::path(args.out).replace_extension(".png").string();
-    const int per_video = static_cast<int>(all_frames.size() / prompts.size());
-    data::write_contact_sheet(sheet, at::stack(all_frames), per_video * static_cast<int>(std::min<size_t>(4, prompts.size())));
+    const int per_video = static_cast<int>(all_frames.front().size(0));
+    data::write_contact_sheet(sheet, at::cat(all_frames), per_video * static_cast<int>(std::min<size_t>(4, prompts.size())));
     std::printf("sample: listed the videos in %s; all of them in %s (four to a row)\n",
                 fs::path(args.out).replace_extension(".jsonl").string().c_str(), sheet.c_str());
   }

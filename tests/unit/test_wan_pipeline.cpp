@@ -71,6 +71,15 @@ TEST(WanPipeline, PromptsAndSamplesEqualDiffusers) {
   const data::Image all = data::load_image(dir + "/out/many.png");
   EXPECT_EQ(all.width, 10 * 32 + 9 * 2);
   EXPECT_EQ(all.height, 32);
+  // Long, larger videos: the sheet of all of them keeps 8 evenly spaced frames of each, scaled
+  // to 128 pixels on the longer side (144x256 -> 72x128); each video's own sheet has every frame.
+  s = run_command(mm::test::mm_binary() + " sample --model " + dir + "/pipe --height 144 --width 256 --frames 13 --steps 1 "
+                  "--max-sequence-length 12 --prompts " + dir + "/prompts.txt --out " + dir + "/out/big.mp4");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_EQ(data::load_image(dir + "/out/big_1.png").height, 2 * 144 + 2);  // 13 frames, 8 to a row
+  const data::Image big = data::load_image(dir + "/out/big.png");
+  EXPECT_EQ(big.width, 16 * 128 + 15 * 2);
+  EXPECT_EQ(big.height, 72);
 
   struct Bad {
     std::string args, want;
