@@ -145,7 +145,7 @@ struct DataConfig {
   std::string collator;                    // "" = the dataset's own (text: lm_packed; mllm: padded | packed)
   std::vector<std::string> paths;          // files or directories
   std::vector<double> weights;             // mllm: mixture weight per path (empty = all 1)
-  std::vector<std::string> val_paths;      // mllm: validation files (else val_fraction of the records)
+  std::vector<std::string> val_paths;      // mllm, videos: validation files (else val_fraction of the records)
   std::string media_root;                  // mllm: relative media paths resolve here (default: the file's folder)
   VideoClipConfig video;                   // videos: the clips' size, length and frame rate
   DataAttrConfig attr;

@@ -3,8 +3,8 @@
 // data.video.frames frames at data.video.fps, resized to cover data.video.height x width and
 // centre-cropped, in [-1, 1]: batches of kVideo [B, 3, F, H, W] and kSampleIds (what a VAE
 // trains on), plus each sample's caption (Batch::captions, field kCaptions) when every record
-// has one (what frozen encoders turn into text features: model.encoders). data.val_fraction
-// holds records out (seeded by data.seed). A clip that cannot be read or is too short is
+// has one (what frozen encoders turn into text features: model.encoders). Validation clips
+// are data.val_paths' records, or else data.val_fraction of data.paths' (seeded by data.seed). A clip that cannot be read or is too short is
 // skipped (the next one takes its place), named once in a warning and counted; more than
 // data.max_bad_fraction of the clips tried stops the run.
 #include <mutex>
@@ -91,8 +91,13 @@ TrainData make_video_data(const config::DataConfig& c, const DataContext& ctx) {
   set->max_bad_fraction = c.max_bad_fraction;
   int64_t with_caption = 0;
   std::string uncaptioned;  // the first record without a caption
-  for (const std::string& file : c.paths) {
-    for (VideoRecord& r : read_video_records(file, c.media_root)) {
+  // data.paths' records first, then data.val_paths' (the validation clips when given).
+  std::vector<std::string> files = c.paths;
+  files.insert(files.end(), c.val_paths.begin(), c.val_paths.end());
+  int64_t first_val = -1;
+  for (size_t k = 0; k < files.size(); ++k) {
+    if (k == c.paths.size()) first_val = static_cast<int64_t>(set->paths.size());
+    for (VideoRecord& r : read_video_records(files[k], c.media_root)) {
       set->paths.push_back(r.path);
       set->sources.push_back(r.source);
       set->captions.push_back(r.caption);
@@ -105,8 +110,9 @@ TrainData make_video_data(const config::DataConfig& c, const DataContext& ctx) {
     log::warn("data: ", records - with_caption, " of ", records, " records have no \"cap\" (or \"caption\") string, the first ",
               uncaptioned, ": the batches carry no captions");
   std::vector<int64_t> train, val;
-  for (int64_t i = 0; i < static_cast<int64_t>(set->paths.size()); ++i) {
-    (held_out(static_cast<uint64_t>(c.seed), i, c.val_fraction) ? val : train).push_back(i);
+  for (int64_t i = 0; i < records; ++i) {
+    if (first_val >= 0) (i < first_val ? train : val).push_back(i);
+    else (held_out(static_cast<uint64_t>(c.seed), i, c.val_fraction) ? val : train).push_back(i);
   }
   if (static_cast<int64_t>(train.size()) < ctx.world)
     throw ConfigError(cat("data: data.paths hold ", train.size(), " training clips, fewer than the ", ctx.world,

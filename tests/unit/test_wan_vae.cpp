@@ -199,4 +199,9 @@ TEST(WanVAETrain, TinyVaeLearnsMovingFashionMnistClips) {
   // The export is a diffusers-style vae/ directory that loads back.
   auto vae = load_wan_vae(dir + "/vae");
   EXPECT_EQ(vae->config.z_dim, 4);
+  // data.val_paths: validation clips from their own file, every data.paths record trains.
+  auto v = mm::test::run_command(mm + " train " + dir + "/vae.yaml training.train_iters=2 training.export_dir= "
+                                 "training.metrics_file= data.val_paths=[" + dir + "/data/test.jsonl]");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_NE(v.output.find("data: 49 training and 8 validation clips"), std::string::npos) << v.output;
 }
