@@ -18,11 +18,13 @@ OUT=${QV_OUT:-out/quickstart_video}
 TRAIN_CLIPS=${QV_TRAIN_CLIPS:-6000}
 TEST_CLIPS=${QV_TEST_CLIPS:-200}
 VAE_ITERS=${QV_VAE_ITERS:-1200}
-DIT_ITERS=${QV_DIT_ITERS:-2500}
+DIT_ITERS=${QV_DIT_ITERS:-6000}
 STEPS=${QV_STEPS:-30}
 SEED=${QV_SEED:-100000}                 # sampling seeds: 100000..100079, none used in training
 JUDGE_EPOCHS=${QV_JUDGE_EPOCHS:-2}
 SIZE=48 FRAMES=5 TEXT_LEN=16
+# Every core for the math (the Makefile sets OMP_NUM_THREADS=1 for the tests, which nproc would echo; the smoke test keeps 1).
+export OMP_NUM_THREADS=${QV_THREADS:-$(getconf _NPROCESSORS_ONLN)}
 start=$(date +%s)
 stage() { echo "== quickstart-video: $1 ($(( $(date +%s) - start )) s)"; }
 "$MM" version | head -2

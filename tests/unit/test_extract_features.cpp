@@ -26,10 +26,8 @@ void write_clip(const std::string& path, int frames, int h, int w, double fps, i
   data::write_mp4(path, f, fps);
 }
 
-}  // namespace
-
-TEST(ExtractFeatures, ClipsToBucketedFeaturesAndTraining) {
-  const std::string dir = mm::test::fresh_dir("extract_features");
+// DIR/pipe: a tiny random Wan pipeline made and saved by diffusers.
+void make_tiny_pipeline(const std::string& dir) {
   const nlohmann::json spec = {{"prompt", "a sandal"}, {"negative_prompt", ""}, {"height", 32}, {"width", 32},
                                {"frames", 5}, {"steps", 1}, {"guidance_scale", 1.0}, {"seed", 1}, {"shift", 3.0},
                                {"max_sequence_length", 8}};
@@ -37,6 +35,13 @@ TEST(ExtractFeatures, ClipsToBucketedFeaturesAndTraining) {
   auto r = run_command(std::string(MM_PYTHON) + " " + mm::test::source_dir() +
                        "/tests/conformance/diffusers_reference.py wan_pipeline " + dir + "/pipe " + dir + "/spec.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+
+TEST(ExtractFeatures, ClipsToBucketedFeaturesAndTraining) {
+  const std::string dir = mm::test::fresh_dir("extract_features");
+  ASSERT_NO_FATAL_FAILURE(make_tiny_pipeline(dir));
 
   std::filesystem::create_directories(dir + "/clips");
   write_clip(dir + "/clips/wide.mp4", 24, 40, 64, 24.0, 0);   // 24 fps: frames 0, 2, 3, 5, 6 at 16 fps
@@ -119,13 +124,7 @@ TEST(ExtractFeatures, ClipsToBucketedFeaturesAndTraining) {
 // from one clip at a time, hence 1e-5).
 TEST(ExtractFeatures, OnlineEncodingTrainsAsExtractedFeatures) {
   const std::string dir = mm::test::fresh_dir("online_encoding");
-  const nlohmann::json spec = {{"prompt", "a sandal"}, {"negative_prompt", ""}, {"height", 32}, {"width", 32},
-                               {"frames", 5}, {"steps", 1}, {"guidance_scale", 1.0}, {"seed", 1}, {"shift", 3.0},
-                               {"max_sequence_length", 8}};
-  mm::test::write_file(dir + "/spec.json", spec.dump());
-  auto r = run_command(std::string(MM_PYTHON) + " " + mm::test::source_dir() +
-                       "/tests/conformance/diffusers_reference.py wan_pipeline " + dir + "/pipe " + dir + "/spec.json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_NO_FATAL_FAILURE(make_tiny_pipeline(dir));
   std::filesystem::create_directories(dir + "/clips");
   const char* caps[] = {"a sandal moving left", "a bag moving up", "a shirt moving right", "a coat moving down",
                         "a dress moving left", "a sneaker moving up"};

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 TEST(QuickstartVideo, ScriptRunsEveryStage) {
   const std::string dir = mm::test::fresh_dir("quickstart_video");
   const std::string env = "QV_DATA=" + dir + "/data QV_OUT=" + dir + "/out QV_TRAIN_CLIPS=48 QV_TEST_CLIPS=8 "
-                          "QV_VAE_ITERS=4 QV_DIT_ITERS=4 QV_STEPS=2 QV_JUDGE_EPOCHS=1 ";
+                          "QV_VAE_ITERS=4 QV_DIT_ITERS=4 QV_STEPS=2 QV_JUDGE_EPOCHS=1 QV_THREADS=1 ";
   auto r = run_command(env + "bash " + mm::test::source_dir() + "/examples/wan2.1/quickstart.sh " + mm::test::mm_binary());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string out = dir + "/out";
