@@ -4,9 +4,9 @@
 // centre-cropped, in [-1, 1]: batches of kVideo [B, 3, F, H, W] and kSampleIds (what a VAE
 // trains on), plus each sample's caption (Batch::captions, field kCaptions) when every record
 // has one (what frozen encoders turn into text features: model.encoders). Validation clips
-// are data.val_paths' records, or else data.val_fraction of data.paths' (seeded by data.seed). A clip that cannot be read or is too short is
-// skipped (the next one takes its place), named once in a warning and counted; more than
-// data.max_bad_fraction of the clips tried stops the run.
+// are data.val_paths' records, or else data.val_fraction of data.paths' (seeded by data.seed).
+// A clip that cannot be read or is too short is skipped (the next one takes its place), named
+// once in a warning and counted; more than data.max_bad_fraction of the clips tried stops the run.
 #include <mutex>
 #include <set>
 
