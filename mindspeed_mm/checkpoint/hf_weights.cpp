@@ -219,6 +219,10 @@ at::Tensor HFWeights::get(const std::string& name) const {
   return reader(locate(name)).get(name);
 }
 
+void HFWeights::release(const std::string& name, const void* p, size_t bytes) const {
+  if (pickled_.empty()) reader(locate(name)).release(p, bytes);
+}
+
 TensorInfo HFWeights::info(const std::string& name) const {
   if (!pickled_.empty()) {
     const at::Tensor t = get(name);
@@ -237,17 +241,27 @@ std::vector<std::string> HFWeights::files() const {
 // Writer
 
 void save_torch_state_dict(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].second.defined()) fail(path, cat("tensor \"", tensors[i].first, "\" is undefined"));
+    index.emplace(tensors[i].first, i);
+  }
+  save_torch_state_dict(path, specs_of(tensors), [&](const std::string& name) { return tensors[index.at(name)].second; });
+}
+
+void save_torch_state_dict(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch) {
   // torch.save's layout: a zip (stored, 64-byte aligned records) of archive/data.pkl, a pickle of
   // a plain dict whose tensors are torch._utils._rebuild_tensor_v2 over persistent storages
   // ('storage', torch.FloatStorage, key, 'cpu', numel), and archive/data/<key> per storage.
-  // No type tags, so torch.load(weights_only=True) reads it.
+  // No type tags, so torch.load(weights_only=True) reads it. The pickle needs only each tensor's
+  // dtype and shape: it is made from placeholders over no memory (never read), and the data is
+  // fetched tensor by tensor while the records are written.
   c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
-  for (const auto& [name, t] : tensors) {
-    if (!t.defined()) fail(path, cat("tensor \"", name, "\" is undefined"));
-    at::Tensor c = t.detach().cpu().contiguous();
-    // A view of a larger storage would write all of it: give it its own.
-    if (c.storage_offset() != 0 || c.storage().nbytes() != c.nbytes()) c = c.clone();
-    dict.insert(name, c);
+  std::set<std::string> seen;
+  static char placeholder alignas(64)[64];
+  for (const auto& spec : specs) {
+    if (!seen.insert(spec.name).second) fail(path, cat("duplicate tensor name \"", spec.name, "\""));
+    dict.insert(spec.name, at::from_blob(placeholder, spec.shape, [](void*) {}, at::TensorOptions().dtype(spec.dtype)));
   }
   std::vector<char> pkl;
   int64_t next_key = 0;
@@ -256,21 +270,26 @@ void save_torch_state_dict(const std::string& path, const std::vector<std::pair<
   pickler.protocol();
   pickler.pushIValue(dict);
   pickler.stop();
-  std::string zip;
-  {
+  MM_CHECK(pickler.tensorData().size() == specs.size(), "torch state dict ", path, ": ", pickler.tensorData().size(),
+           " storages pickled for ", specs.size(), " tensors");
+  write_file_atomic_streaming(path, [&](const ByteSink& sink) {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) {
-      zip.append(static_cast<const char*>(b), n);
+      sink(b, n);
       return n;
     });
     writer.writeRecord("data.pkl", pkl.data(), pkl.size());
     writer.writeRecord("byteorder", "little", 6);
-    const auto& data = pickler.tensorData();
-    for (size_t i = 0; i < data.size(); ++i)
-      writer.writeRecord(cat("data/", i), data[i].storage().data(), data[i].storage().nbytes());
+    // The dict pickles its entries in insertion order: storage key i is specs[i].
+    for (size_t i = 0; i < specs.size(); ++i) {
+      at::Tensor c = fetch(specs[i].name).detach().cpu().to(specs[i].dtype).contiguous();
+      if (c.sizes().vec() != specs[i].shape)
+        fail(path, cat("tensor \"", specs[i].name, "\" fetched with shape ", c.sizes(), ", declared ",
+                       c10::IntArrayRef(specs[i].shape)));
+      writer.writeRecord(cat("data/", i), c.data_ptr(), c.nbytes());
+    }
     writer.writeRecord("version", "3\n", 2);
     writer.writeEndOfFile();
-  }
-  write_file_atomic(path, zip);
+  });
 }
 
 std::string weights_stem(const nlohmann::json& hf_config) {

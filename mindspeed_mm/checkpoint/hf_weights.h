@@ -34,6 +34,9 @@ class HFWeights {
   bool has(const std::string& name) const;
   at::Tensor get(const std::string& name) const;  // zero-copy, as SafetensorsReader::get
   TensorInfo info(const std::string& name) const;
+  // SafetensorsReader::release on the file holding `name` (a no-op for a PyTorch checkpoint's
+  // tensors, which live in memory).
+  void release(const std::string& name, const void* p, size_t bytes) const;
   std::vector<std::string> files() const;  // the safetensors files behind these weights
   const std::string& source() const { return source_; }
 
@@ -53,6 +56,9 @@ class HFWeights {
 // Writes `tensors` as a torch.save-compatible state dict (zip archive; torch.load reads it, as
 // HFWeights does): the format of the original Wan VAE and umT5 checkpoints. Written atomically.
 void save_torch_state_dict(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+// The same streamed: each tensor's data from fetch, in specs' order, one at a time (the pickle of
+// names, dtypes and shapes first, then one zip record per tensor).
+void save_torch_state_dict(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch);
 
 // Writes DIR/model.safetensors when everything fits in one shard, else
 // model-00001-of-0000N.safetensors shards plus model.safetensors.index.json

@@ -326,6 +326,14 @@ at::Tensor SafetensorsReader::get_copy(const std::string& name) const {
   return t;
 }
 
+void SafetensorsReader::release(const void* p, size_t bytes) const {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = std::max(reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(map_->addr));
+  const auto hi = std::min(reinterpret_cast<uintptr_t>(p) + bytes, reinterpret_cast<uintptr_t>(map_->addr) + map_->size);
+  const uintptr_t begin = (lo + page - 1) / page * page, end = hi / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 const std::map<std::string, std::string>& SafetensorsReader::metadata() const { return metadata_; }
 
 const std::string& SafetensorsReader::path() const { return path_; }
@@ -406,6 +414,12 @@ void save_safetensors(const std::string& path, const std::vector<TensorSpec>& sp
       if (sizes[i] == 0) continue;
       write_all(fd, c.data_ptr(), sizes[i], tmp);
     }
+  });
+}
+
+void write_file_atomic_streaming(const std::string& path, const std::function<void(const ByteSink& write)>& body) {
+  write_atomic(path, [&](int fd, const std::string& tmp) {
+    body([&](const void* data, size_t n) { write_all(fd, data, n, tmp); });
   });
 }
 

@@ -43,6 +43,12 @@ class SafetensorsReader {
   // An owned contiguous copy, independent of the file.
   at::Tensor get_copy(const std::string& name) const;
 
+  // Gives back the memory of the mapping's pages wholly inside [p, p + bytes) (madvise
+  // MADV_DONTNEED: read again from the file if touched later); a range outside the mapping is
+  // ignored. For streaming readers (mm convert) that touch each page once: only for pages no
+  // tensor has written to (a private mapping's written pages would read as the file again).
+  void release(const void* p, size_t bytes) const;
+
   const std::map<std::string, std::string>& metadata() const;  // "__metadata__"
   const std::string& path() const;
   uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
@@ -79,6 +85,9 @@ std::vector<TensorSpec> specs_of(const std::vector<std::pair<std::string, at::Te
 // Writes bytes to path + ".tmp", fsyncs, renames over path (and fsyncs the directory): a crash
 // leaves either the old file or the new one. Used for index files beside the shards.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// The same for bytes produced piece by piece: body(write) calls write(data, n) as often as it likes.
+using ByteSink = std::function<void(const void* data, size_t n)>;
+void write_file_atomic_streaming(const std::string& path, const std::function<void(const ByteSink& write)>& body);
 
 // Safetensors dtype strings: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL (and F8_E4M3/F8_E5M2 on
 // libtorch >= 2.1). Both throw mm::Error for anything else.

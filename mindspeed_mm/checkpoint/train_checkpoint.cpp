@@ -52,13 +52,17 @@ std::string iteration_dir_name(int64_t iteration) {
   return buf;
 }
 
+std::string rank_file_name(const std::string& kind, int rank, const std::string& ext) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), ".rank%05d.", rank);
+  return kind + buf + ext;
+}
+
+bool is_sharded_checkpoint(const std::string& dir) { return fs::is_regular_file(fs::path(dir) / "metadata.json"); }
+
 namespace {
 
-std::string rank_file(const char* kind, int rank, const char* ext) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s.rank%05d.%s", kind, rank, ext);
-  return buf;
-}
+std::string rank_file(const char* kind, int rank, const char* ext) { return rank_file_name(kind, rank, ext); }
 
 // A rank's pieces as 1-D tensors; where each came from travels in the file's metadata.
 void write_pieces(const fs::path& path, const std::vector<ShardEntry>& entries, const RankCheckpoint& mine) {
@@ -199,28 +203,28 @@ void load_model_weights(mm::nn::Module& model, const std::string& source, const 
   load_weights(model.named_parameters(), source, ignorable, rename, store);
 }
 
-void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params, const std::string& source,
-                  const std::vector<std::string>& ignorable, const std::function<std::string(const std::string&)>& rename,
-                  const WeightStore& store) {
-  st::HFWeights weights(source);
+std::map<std::string, std::string> match_checkpoint_names(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& wanted, const std::vector<std::string>& keys,
+    const std::function<std::vector<int64_t>(const std::string&)>& shape_of, const std::string& source,
+    const std::vector<std::string>& ignorable, const std::function<std::string(const std::string&)>& rename) {
   std::map<std::string, std::string> by_model_name;  // model name -> checkpoint name
   std::vector<std::string> unexpected;
-  for (auto& k : weights.keys()) {
+  for (auto& k : keys) {
     const std::string name = rename ? rename(k) : k;
     if (!by_model_name.emplace(name, k).second) unexpected.push_back(cat(k, " (a second ", name, ")"));
   }
-  const std::map<std::string, std::string> source_name = by_model_name;
+  std::map<std::string, std::string> matched;
   std::vector<std::string> missing, mismatched;
-  for (auto& [name, p] : params) {
+  for (auto& [name, shape] : wanted) {
     auto it = by_model_name.find(name);
     if (it == by_model_name.end()) {
       missing.push_back(name);
       continue;
     }
-    auto info = weights.info(it->second);
-    const std::vector<int64_t> shape = mm::nn::full_shape(p);  // a tensor-parallel slice's whole tensor
-    if (shape != info.shape)
-      mismatched.push_back(cat(it->second, " ", c10::IntArrayRef(info.shape), " vs model ", c10::IntArrayRef(shape)));
+    const std::vector<int64_t> stored = shape_of(it->second);
+    if (shape != stored)
+      mismatched.push_back(cat(it->second, " ", c10::IntArrayRef(stored), " vs model ", c10::IntArrayRef(shape)));
+    matched.emplace(name, it->second);
     by_model_name.erase(it);
   }
   for (auto& [name, k] : by_model_name)
@@ -239,11 +243,29 @@ void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params,
     msg.pop_back();
     throw Error(msg);
   }
+  return matched;
+}
+
+void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params, const std::string& source,
+                  const std::vector<std::string>& ignorable, const std::function<std::string(const std::string&)>& rename,
+                  const WeightStore& store) {
+  // An HF directory or file, or a sharded checkpoint (its model tensors, each read whole).
+  std::unique_ptr<st::HFWeights> hf;
+  std::unique_ptr<CheckpointReader> ckpt;
+  if (is_sharded_checkpoint(source)) ckpt = std::make_unique<CheckpointReader>(source);
+  else hf = std::make_unique<st::HFWeights>(source);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> wanted;
+  for (auto& [name, p] : params) wanted.emplace_back(name, mm::nn::full_shape(p));  // a TP slice's whole tensor
+  const std::map<std::string, std::string> source_name = match_checkpoint_names(
+      wanted, hf ? hf->keys() : ckpt->names("model"),
+      [&](const std::string& k) { return hf ? hf->info(k).shape : ckpt->shape("model", k); }, source, ignorable, rename);
   at::NoGradGuard no_grad;
   for (const auto& [name, param] : params) {
     at::Tensor p = param;  // the same TensorImpl
-    if (store) store(p, weights.get(source_name.at(name)));
-    else p.copy_(weights.get(source_name.at(name)));
+    const std::string& k = source_name.at(name);
+    const at::Tensor value = hf ? hf->get(k) : ckpt->read_full("model", k);
+    if (store) store(p, value);
+    else p.copy_(value);
   }
 }
 
@@ -387,7 +409,11 @@ at::Tensor CheckpointReader::read_box(const std::string& kind, const std::string
   if (view.empty()) view = shape;
   const std::vector<int64_t> want_off = whole_in(box, shape) ? std::vector<int64_t>(view.size(), 0) : box.offset;
   const std::vector<int64_t> want_sizes = whole_in(box, shape) ? view : box.sizes;
-  at::Tensor out, covered = at::zeros(want_sizes, at::kBool);
+  // A whole-box read counts the elements its pieces cover (pieces never overlap); a partial one
+  // marks them, to tell which part of the box they fall in.
+  const bool whole_read = begin == 0 && end == product(want_sizes);
+  int64_t covered_count = 0;
+  at::Tensor out, covered = whole_read ? at::Tensor() : at::zeros(want_sizes, at::kBool);
   for (const Piece& p : e.pieces) {
     const bool whole = whole_in(p.box, shape);
     const std::vector<int64_t> p_off = whole ? std::vector<int64_t>(view.size(), 0) : p.box.offset;
@@ -409,21 +435,25 @@ at::Tensor CheckpointReader::read_box(const std::string& kind, const std::string
         if (!src.defined()) src = file(p.file).get(name).reshape({-1});
         if (!out.defined()) out = at::empty(want_sizes, src.options());
         at::Tensor from = src.narrow(0, consumed, n).view(sizes), to = out, mark = covered;
+        int64_t volume = 1;
         for (size_t d = 0; d < view.size(); ++d) {
           const int64_t len = hi[d] - lo[d];
+          volume *= len;
           from = from.narrow(static_cast<int64_t>(d), lo[d] - p_off[d] - off[d], len);
           to = to.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
-          mark = mark.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
+          if (!whole_read) mark = mark.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
         }
         to.copy_(from);
-        mark.fill_(true);
+        if (whole_read) covered_count += volume;
+        else mark.fill_(true);
       }
       consumed += n;
     }
   }
-  if (!out.defined() || !covered.reshape({-1}).narrow(0, begin, end - begin).all().item<bool>())
+  if (!out.defined() || (whole_read ? covered_count != end : !covered.reshape({-1}).narrow(0, begin, end - begin).all().item<bool>()))
     throw Error(cat("checkpoint: '", dir_, "': elements [", begin, ", ", end, ") of a block of ", kind, " tensor '", name,
                     "' are not all in its pieces (a rank's files missing?)"));
+  if (whole_read) return out.reshape({-1});
   return out.reshape({-1}).narrow(0, begin, end - begin).clone();
 }
 
@@ -432,7 +462,7 @@ at::Tensor CheckpointReader::read(const std::string& kind, const std::string& na
   const Entry& e = entries_.at(kind).at(name);
   const std::vector<int64_t> shape = e.shape.empty() ? std::vector<int64_t>{1} : e.shape;
   for (const Piece& p : e.pieces)
-    if (!whole_in(p.box, shape)) return read_box(kind, name, TensorBox{shape, std::vector<int64_t>(shape.size(), 0), shape}, begin, end);
+    if (!whole_in(p.box, shape)) return read_box(kind, name, TensorBox{}, begin, end);  // the whole tensor, in the pieces' view
   at::Tensor out;
   int64_t covered = 0;
   for (const Piece& p : e.pieces) {
@@ -447,6 +477,31 @@ at::Tensor CheckpointReader::read(const std::string& kind, const std::string& na
   if (covered != end - begin)
     throw Error(cat("checkpoint: '", dir_, "': elements [", begin, ", ", end, ") of ", kind, " tensor '", name,
                     "' are not all in its pieces (a rank's files missing?)"));
+  return out;
+}
+
+void CheckpointReader::release(const std::string& kind, const std::string& name) const {
+  if (!has(kind, name)) return;
+  for (const Piece& p : entries_.at(kind).at(name).pieces) {
+    const st::SafetensorsReader& f = file(p.file);
+    if (!f.has(name)) continue;
+    const at::Tensor t = f.get(name);
+    f.release(t.data_ptr(), t.nbytes());
+  }
+}
+
+nlohmann::json CheckpointReader::pieces(const std::string& kind, const std::string& name) const {
+  shape(kind, name);  // the error for a missing tensor
+  nlohmann::json out = nlohmann::json::array();
+  for (const Piece& p : entries_.at(kind).at(name).pieces) {
+    nlohmann::json j = {{"file", p.file}, {"begin", p.begin}, {"end", p.end}};
+    if (!p.box.whole()) {
+      j["view"] = p.box.view;
+      j["offset"] = p.box.offset;
+      j["box"] = p.box.sizes;
+    }
+    out.push_back(std::move(j));
+  }
   return out;
 }
 

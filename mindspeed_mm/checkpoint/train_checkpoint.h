@@ -88,6 +88,10 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
                             const RankCheckpoint& mine, int rank, int world, const std::function<void()>& barrier);
 
 std::string iteration_dir_name(int64_t iteration);  // "iter_0000100"
+// A rank's file in a checkpoint folder: rank_file_name("model", 3, "safetensors") = "model.rank00003.safetensors".
+std::string rank_file_name(const std::string& kind, int rank, const std::string& ext);
+// Whether `dir` holds a sharded checkpoint (metadata.json beside the ranks' pieces).
+bool is_sharded_checkpoint(const std::string& dir);
 // "auto" -> the folder named by save_dir/latest, or "" when there is none yet; a path -> itself
 // (an error if it does not exist).
 std::string resolve_resume_dir(const std::string& resume, const std::string& save_dir);
@@ -113,6 +117,11 @@ class CheckpointReader {
   at::Tensor read_box(const std::string& kind, const std::string& name, const TensorBox& box, int64_t begin,
                       int64_t end) const;
   at::Tensor read_full(const std::string& kind, const std::string& name) const;
+  // Gives back the mapped pages of every piece of the tensor (SafetensorsReader::release): a
+  // streaming reader's memory stays at the tensor it is on.
+  void release(const std::string& kind, const std::string& name) const;
+  // Where each piece of the tensor sits: [{"file", "begin", "end", ("view", "offset", "box")}].
+  nlohmann::json pieces(const std::string& kind, const std::string& name) const;
 
   TrainState train_state() const;
   // A generator's state: "cpu", or a device's ("cuda": undefined when the run was on the CPU).
@@ -150,7 +159,8 @@ void export_hf_streaming(const std::string& dir, const nlohmann::json& hf_config
 void export_hf_from_checkpoint(const CheckpointReader& reader, const std::string& dir, uint64_t max_shard_bytes = 5ull << 30);
 // Reads DIR/config.json.
 nlohmann::json read_hf_config(const std::string& dir);
-// Loads weights (an HF directory or a .safetensors file) into the model by name. Every model
+// Loads weights (an HF directory, a .safetensors file, or a sharded checkpoint folder: a training
+// checkpoint or `mm convert hf-to-mm` output, each tensor assembled from its pieces) into the model by name. Every model
 // parameter must be present with its exact shape; extra checkpoint tensors are an error too,
 // except `ignorable` ones. The message lists the first offenders. `rename` maps a checkpoint
 // name to the model's (e.g. transformers' newer "model.language_model.*" to "model.*"); the
@@ -162,6 +172,13 @@ void load_model_weights(mm::nn::Module& model, const std::string& source,
                         const std::vector<std::string>& ignorable = {},
                         const std::function<std::string(const std::string&)>& rename = {},
                         const WeightStore& store = {});
+// Pairs each wanted (model name, full shape) with the checkpoint key that `rename` maps to it:
+// model name -> key. mm::Error naming `source` and the first offenders when one is missing, a
+// shape differs, or a key maps to nothing wanted (and is not `ignorable`).
+std::map<std::string, std::string> match_checkpoint_names(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& wanted, const std::vector<std::string>& keys,
+    const std::function<std::vector<int64_t>(const std::string&)>& shape_of, const std::string& source,
+    const std::vector<std::string>& ignorable = {}, const std::function<std::string(const std::string&)>& rename = {});
 // The same into the named parameters `params` (a part of a model: `rename` maps the source's
 // names to these).
 void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params, const std::string& source,

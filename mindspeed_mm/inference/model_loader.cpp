@@ -35,19 +35,10 @@ LoadedModel load_model(const std::string& path, at::Device device) {
         "model: " + out.dir);
   }
   mm::nn::materialize(*out.model, device);
-  if (fs::exists(fs::path(out.dir) / "metadata.json")) {
-    // A sharded training checkpoint (FSDP, ZeRO-1): every tensor assembled from the ranks' pieces.
-    checkpoint::CheckpointReader reader(out.dir);
-    at::NoGradGuard no_grad;
-    for (auto& [name, p] : out.model->named_parameters()) {
-      MM_CHECK(reader.has("model", name) && reader.shape("model", name) == p.sizes().vec(), "model: ", out.dir,
-               " has no tensor ", name, " of shape ", p.sizes());
-      p.copy_(reader.read_full("model", name));
-    }
-  } else {
-    checkpoint::load_model_weights(*out.model, out.dir, {},
-                                   [&](const std::string& k) { return out.model->parameter_name(k); });
-  }
+  // An HF directory, or a sharded checkpoint (FSDP, ZeRO-1, TP/PP, mm convert): each tensor
+  // assembled from its pieces.
+  checkpoint::load_model_weights(*out.model, out.dir, {},
+                                 [&](const std::string& k) { return out.model->parameter_name(k); });
   const fs::path state = fs::path(out.dir) / "train_state.json";
   if (fs::exists(state)) {
     auto bytes = read_file_bytes(state.string());

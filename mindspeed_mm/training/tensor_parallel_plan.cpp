@@ -76,9 +76,13 @@ checkpoint::TensorBox TpLayout::box(const std::string& name) const {
 
 namespace {
 
-// check_only: the targets checked for `n` ranks and nothing changed (no group needed).
+enum class Mode { kApply, kCheck, kRecord };
+
+// kCheck: the targets checked for `n` ranks and nothing changed (no group needed); kRecord: the
+// same, and the splits recorded in the layout (where each parameter's slices would be).
 TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
-                    const parallel::TpGroup& tp, int n, int r, const TpOptions& options, bool check_only) {
+                    const parallel::TpGroup& tp, int n, int r, const TpOptions& options, Mode mode) {
+  const bool check_only = mode == Mode::kCheck, record = mode == Mode::kRecord;
   TpLayout layout;
   layout.size = n;
   layout.rank = r;
@@ -182,10 +186,11 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
   auto keep = [&](const std::string& name, at::Tensor& param, std::vector<int64_t> view, int64_t dim) {
     at::NoGradGuard no_grad;
     TpLayout::Split s;
-    s.full_shape = param.sizes().vec();
+    s.full_shape = mm::nn::full_shape(param);
     s.view = view.empty() ? s.full_shape : std::move(view);
     s.dim = dim;
     layout.splits[name] = s;
+    if (record) return;
     const bool deferred = mm::nn::deferred_value(param).has_value();
     if (deferred) {
       at::Tensor shape_only = layout.local(name, at::empty(s.full_shape, at::TensorOptions().device(at::kMeta)));
@@ -204,6 +209,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
   for (const Target& t : targets) {
     const std::string pre = t.path.empty() ? "" : t.path + ".";
     if (t.style == "heads") {
+      if (record) continue;  // its projections are split by their own entries
       auto* h = dynamic_cast<models::HeadSplittable*>(t.module);
       const auto [q, kv] = h->heads();
       h->keep_heads(q / n, kv % n == 0 ? kv / n : 1);
@@ -215,6 +221,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
       // of every rank's (each rank's output feeds only its own features' downstream work).
       auto* norm = static_cast<models::RMSNorm*>(t.module);
       keep(pre + "weight", norm->weight, {}, 0);
+      if (record) continue;
       norm->dim /= n;
       norm->parallel_forward = [tp, n](const models::RMSNorm& m, const at::Tensor& x) {
         const at::Tensor part = m.mean_square(x) / static_cast<double>(n);
@@ -225,6 +232,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
     if (t.style == "vocab" || t.style == "vocab_tied") {
       auto* e = static_cast<models::Embedding*>(t.module);
       keep(pre + "weight", e->weight, {}, 0);
+      if (record) continue;
       const int64_t rows = e->num_embeddings / n, first = r * rows;
       e->parallel_forward = [tp, rows, first](const models::Embedding& m, const at::Tensor& ids) {
         const at::Tensor local = ids - first;
@@ -244,6 +252,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
     const auto in = input_of(t.in_sequence_region);
     if (t.style == "rowwise") {
       keep(pre + "weight", lin->weight, {}, 1);  // the bias stays whole, added once after the sum
+      if (record) continue;
       lin->in_features /= n;
       const bool seq = t.in_sequence_region;
       lin->parallel_forward = [tp, seq](const models::Linear& l, const at::Tensor& x) {
@@ -254,6 +263,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
       continue;
     }
     if (t.style == "kv_colwise" && t.replicate_kv) {
+      if (record) continue;  // whole on every rank
       // Whole weight on every rank; this rank's key/value head picked from the output. Each rank's
       // weight gradient covers only its head's rows: summed over the group after backward.
       const int64_t head = r / (n / t.kv_heads), width = t.head_dim;
@@ -273,6 +283,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
       keep(pre + "weight", lin->weight, {}, 0);
       if (lin->bias.defined()) keep(pre + "bias", lin->bias, {}, 0);
     }
+    if (record) continue;
     lin->out_features /= n;
     const auto head_in = t.style == "vocab_head" ? input_of(false) : in;  // the head's input is whole
     if (t.style == "vocab_head") layout.vocab_parallel_logits = true;
@@ -281,7 +292,7 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
     };
   }
 
-  if (!seq_blocks.empty()) {
+  if (!seq_blocks.empty() && !record) {
     // Every replicated parameter inside the sequence-parallel blocks sees only this rank's tokens.
     for (const auto& [path, block] : seq_blocks)
       for (auto& [name, p] : block->named_parameters(path))
@@ -308,12 +319,17 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
 
 TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
                                     const parallel::TpGroup& tp, const TpOptions& options) {
-  return apply_plan(root, plan, tp, tp ? tp->size() : 1, tp ? tp->rank() : 0, options, /*check_only=*/false);
+  return apply_plan(root, plan, tp, tp ? tp->size() : 1, tp ? tp->rank() : 0, options, Mode::kApply);
+}
+
+TpLayout tensor_parallel_splits(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
+                                int size) {
+  return apply_plan(root, plan, nullptr, size, 0, {}, Mode::kRecord);
 }
 
 void check_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
                                 int size, const TpOptions& options) {
-  apply_plan(root, plan, nullptr, size, 0, options, /*check_only=*/true);
+  apply_plan(root, plan, nullptr, size, 0, options, Mode::kCheck);
 }
 
 }  // namespace mm::training

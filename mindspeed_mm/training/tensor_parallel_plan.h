@@ -77,5 +77,9 @@ TpLayout apply_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std:
 // exists, so a bad layout fails before the ranks connect.
 void check_tensor_parallel_plan(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
                                 int size, const TpOptions& options = {});
+// Where the plan over `size` ranks would put each parameter (the layout of rank 0: set `rank` for
+// another's boxes), changing nothing: offline conversion between layouts (checkpoint/convert.h).
+TpLayout tensor_parallel_splits(mm::nn::Module& root, const std::vector<std::pair<std::string, std::string>>& plan,
+                                int size);
 
 }  // namespace mm::training

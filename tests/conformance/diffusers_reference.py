@@ -30,6 +30,9 @@ with save_pretrained, or the directories mm writes.
       saved to DIR by WanPipeline.save_pretrained; then WanPipeline itself samples SPEC's prompt
       and writes DIR/outputs.safetensors {"latents" (before decoding), "prompt_embeds",
       "negative_prompt_embeds"}.
+  diffusers_reference.py wan_pipeline_load DIR SPEC_JSON
+      WanPipeline.from_pretrained(DIR) (a directory mm wrote: `mm convert wan`) samples SPEC's
+      prompt as wan_pipeline does and writes DIR/outputs.safetensors {"latents", "prompt_embeds"}.
   diffusers_reference.py scheduler euler|unipc STEPS SHIFT DIR
       The scheduler as Wan's diffusers pipelines configure it, set to STEPS steps: writes
       DIR/schedule.safetensors {"timesteps", "sigmas"} and, from DIR/inputs.safetensors' "sample",
@@ -170,9 +173,13 @@ def wan_pipeline(args):
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=scheduler,
                        transformer=transformer)
     pipe.save_pretrained(d)
-    pipe.set_progress_bar_config(disable=True)
     for m in (text_encoder, transformer, vae):
         m.eval()  # made here, not by from_pretrained: still in training mode (umT5's dropout)
+    sample(pipe, spec, d)
+
+
+def sample(pipe, spec, d):
+    pipe.set_progress_bar_config(disable=True)
     with torch.no_grad():
         cond, neg = pipe.encode_prompt(spec["prompt"], spec["negative_prompt"], do_classifier_free_guidance=True,
                                        max_sequence_length=spec["max_sequence_length"])
@@ -182,6 +189,30 @@ def wan_pipeline(args):
                    output_type="latent", max_sequence_length=spec["max_sequence_length"]).frames
     save_file({"latents": out.contiguous(), "prompt_embeds": cond.contiguous(), "negative_prompt_embeds": neg.contiguous()},
               os.path.join(d, "outputs.safetensors"))
+
+
+def wan_pipeline_load(args):
+    """Each part loaded as from_pretrained would (without accelerate, which this venv lacks):
+    the classes model_index.json names, built from each part's config.json, weights strict."""
+    import diffusers
+    import transformers
+    from diffusers import WanPipeline
+
+    d = args[0]
+    with open(args[1]) as f:
+        spec = json.load(f)
+    with open(os.path.join(d, "model_index.json")) as f:
+        index = json.load(f)
+    parts = {}
+    for name in ("transformer", "vae"):
+        lib, cls = index[name]
+        parts[name] = load_saved(getattr(diffusers, cls), os.path.join(d, name))
+    lib, cls = index["text_encoder"]
+    parts["text_encoder"] = getattr(transformers, cls).from_pretrained(os.path.join(d, "text_encoder")).eval()
+    parts["tokenizer"] = transformers.AutoTokenizer.from_pretrained(os.path.join(d, "tokenizer"))
+    lib, cls = index["scheduler"]
+    parts["scheduler"] = getattr(diffusers, cls).from_pretrained(os.path.join(d, "scheduler"))
+    sample(WanPipeline(**parts), spec, d)
 
 
 def scheduler(args):
@@ -208,5 +239,6 @@ def scheduler(args):
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
-    commands = {"wan_dit": wan_dit, "wan_vae": wan_vae, "wan_pipeline": wan_pipeline, "scheduler": scheduler}
+    commands = {"wan_dit": wan_dit, "wan_vae": wan_vae, "wan_pipeline": wan_pipeline,
+                "wan_pipeline_load": wan_pipeline_load, "scheduler": scheduler}
     commands[sys.argv[1]](sys.argv[2:])

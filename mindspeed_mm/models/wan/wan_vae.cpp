@@ -76,6 +76,16 @@ WanVAEConfig WanVAEConfig::from_json(const nlohmann::json& j, const std::string&
   return c;
 }
 
+WanVAEConfig WanVAEConfig::wan2_1() {
+  WanVAEConfig c;
+  // Wan's per-channel latent mean and standard deviation (wan/modules/vae.py, diffusers' defaults).
+  c.latents_mean = {-0.7571, -0.7089, -0.9113, 0.1075,  -0.1745, 0.9653,  -0.1517, 1.5508,
+                    0.4134,  -0.0715, 0.5517,  -0.3632, -0.1922, -0.9497, 0.2503,  -0.2921};
+  c.latents_std = {2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+                   3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160};
+  return c;
+}
+
 nlohmann::json WanVAEConfig::to_json() const {
   return {{"_class_name", "AutoencoderKLWan"}, {"_diffusers_version", "0.42.1"}, {"base_dim", base_dim},
           {"z_dim", z_dim}, {"dim_mult", dim_mult}, {"num_res_blocks", num_res_blocks},

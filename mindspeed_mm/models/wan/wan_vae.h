@@ -47,6 +47,8 @@ struct WanVAEConfig {
 
   static WanVAEConfig from_json(const nlohmann::json& j, const std::string& source);
   nlohmann::json to_json() const;
+  // The released Wan2.1 VAE (Wan2.1_VAE.pth): the defaults with its latent statistics.
+  static WanVAEConfig wan2_1();
 };
 
 // The state chunked encoding and decoding carry from one chunk to the next: per causal
