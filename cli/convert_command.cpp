@@ -3,6 +3,8 @@
 //   mm convert hf-to-mm --model-type qwen2_vl --in HF_DIR --out DIR --tp 2 --pp 2
 //   mm convert mm-to-hf --in save/iter_0000100 --out HF_DIR
 //   mm convert resplit --in DIR --out DIR2 --tp 1 --pp 4
+#include <malloc.h>
+
 #include <cstdio>
 
 #include <yaml-cpp/yaml.h>
@@ -41,6 +43,10 @@ checkpoint::ConvertLayout layout() {
 }
 
 checkpoint::ConvertOptions options() {
+  // Conversion frees every tensor right after writing it: glibc gives the memory back at once
+  // (the training allocator settings keep it cached, core/allocator.h).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_TRIM_THRESHOLD, 4 << 20);
   checkpoint::ConvertOptions o;
   o.dtype = args.dtype;
   o.max_shard_bytes = static_cast<uint64_t>(args.max_shard_gb * (1ull << 30));

@@ -95,12 +95,12 @@ at::ScalarType out_dtype(at::ScalarType stored, const ConvertOptions& o) {
 }
 
 // Elements [begin, end) of `box` (flattened) of `full`, a contiguous tensor that may view a
-// file's mapping, as a new tensor of `dtype`: copied a window of whole rows (of the box's view)
-// at a time, each window's pages given back through `release` once copied.
-at::Tensor copy_block(const at::Tensor& full, const TensorBox& box, int64_t begin, int64_t end, at::ScalarType dtype,
-                      const std::function<void(const void*, size_t)>& release) {
-  at::Tensor out = at::empty({end - begin}, at::TensorOptions().dtype(dtype));
-  if (end <= begin) return out;
+// file's mapping, a window of whole rows (of the box's view) at a time: each window's part goes
+// to emit (contiguous, in order), then the window's pages are given back through `release`.
+void for_each_window(const at::Tensor& full, const TensorBox& box, int64_t begin, int64_t end,
+                     const std::function<void(const at::Tensor&)>& emit,
+                     const std::function<void(const void*, size_t)>& release) {
+  if (end <= begin) return;
   const int64_t n = full.numel();
   const std::vector<int64_t> view = box.whole() ? std::vector<int64_t>{n} : box.view;
   const std::vector<int64_t> off = box.whole() ? std::vector<int64_t>{0} : box.offset;
@@ -115,12 +115,20 @@ at::Tensor copy_block(const at::Tensor& full, const TensorBox& box, int64_t begi
     const at::Tensor rows = v.narrow(0, off[0] + r, k);
     at::Tensor blk = rows;
     for (size_t d = 1; d < view.size(); ++d) blk = blk.narrow(static_cast<int64_t>(d), off[d], sizes[d]);
-    const at::Tensor flat = blk.reshape({-1});
     const int64_t lo = std::max(begin, r * box_row), hi = std::min(end, (r + k) * box_row);
-    out.narrow(0, lo - begin, hi - lo).copy_(flat.narrow(0, lo - r * box_row, hi - lo));
+    emit(blk.reshape({-1}).narrow(0, lo - r * box_row, hi - lo));
     if (release) release(rows.data_ptr(), static_cast<size_t>(k * src_row_bytes));
   }
-  return out;
+}
+
+// The same pushed to a byte sink in `dtype` (what a streamed writer takes).
+void stream_block(const at::Tensor& full, const TensorBox& box, int64_t begin, int64_t end, at::ScalarType dtype,
+                  const std::function<void(const void*, size_t)>& sink,
+                  const std::function<void(const void*, size_t)>& release) {
+  for_each_window(full, box, begin, end, [&](const at::Tensor& part) {
+    const at::Tensor c = part.to(dtype).contiguous();
+    if (c.nbytes() > 0) sink(c.data_ptr(), c.nbytes());
+  }, release);
 }
 
 // A progress bar on stderr: redrawn in place on a terminal, a line per 10% otherwise.
@@ -280,6 +288,8 @@ class LayoutPlan {
 // each rank file's use of a tensor gives its pages back.
 struct PieceSource {
   std::function<at::Tensor(const Piece&, at::ScalarType)> read;
+  // When set, used instead of read: the piece's bytes pushed to a sink, a window at a time.
+  std::function<void(const Piece&, at::ScalarType, const std::function<void(const void*, size_t)>&)> stream;
   std::function<at::ScalarType(const std::string& kind, const std::string& name)> dtype;
 };
 
@@ -333,17 +343,22 @@ ConvertSummary write_layout(const std::string& dir, const LayoutPlan& plan, cons
       const std::map<std::string, std::string> file_meta = {{"mm_placement", placement.dump()},
                                                              {"mm_rank_placement", plan.placement(rank).dump()},
                                                              {"mm_mesh", plan.mesh().dump()}};
-      st::save_safetensors((fs::path(dir) / file).string(), specs,
-                           [&](const std::string& name) {
-                             const Piece& p = *by_name.at(name);
-                             if (summary.tensors == kill_after) std::raise(SIGKILL);
-                             at::Tensor t = source.read(p, out_dtype(source.dtype(p.kind, p.name), options));
-                             bar.add(piece_bytes(p));
-                             summary.bytes += piece_bytes(p);
-                             ++summary.tensors;
-                             return t;
-                           },
-                           file_meta);
+      st::save_safetensors_streamed((fs::path(dir) / file).string(), specs,
+                                    [&](const std::string& name, const std::function<void(const void*, size_t)>& sink) {
+                                      const Piece& p = *by_name.at(name);
+                                      if (summary.tensors == kill_after) std::raise(SIGKILL);
+                                      const at::ScalarType dt = out_dtype(source.dtype(p.kind, p.name), options);
+                                      if (source.stream) {
+                                        source.stream(p, dt, sink);
+                                      } else {
+                                        const at::Tensor t = source.read(p, dt).contiguous();
+                                        if (t.nbytes() > 0) sink(t.data_ptr(), t.nbytes());
+                                      }
+                                      bar.add(piece_bytes(p));
+                                      summary.bytes += piece_bytes(p);
+                                      ++summary.tensors;
+                                    },
+                                    file_meta);
       ++summary.files;
     }
   }
@@ -399,10 +414,10 @@ ConvertSummary convert_hf_to_mm(const std::string& model_type, const std::string
   StagedOutput staged(out);
   PieceSource src;
   src.dtype = [&](const std::string&, const std::string& name) { return weights.info(hf_name.at(name)).dtype; };
-  src.read = [&](const Piece& p, at::ScalarType dt) {
+  src.stream = [&](const Piece& p, at::ScalarType dt, const std::function<void(const void*, size_t)>& sink) {
     const std::string& k = hf_name.at(p.name);
-    return copy_block(weights.get(k), p.box, p.begin, p.end, dt,
-                      [&](const void* ptr, size_t bytes) { weights.release(k, ptr, bytes); });
+    stream_block(weights.get(k), p.box, p.begin, p.end, dt, sink,
+                 [&](const void* ptr, size_t bytes) { weights.release(k, ptr, bytes); });
   };
   const std::vector<std::vector<Piece>> none(static_cast<size_t>(layout.world()));
   ConvertSummary s = write_layout(staged.dir(), plan, layout, model_pieces_of(plan, layout), none, src, options,
@@ -429,12 +444,10 @@ ConvertSummary convert_mm_to_hf(const std::string& in, const std::string& out, c
   ProgressBar bar("mm-to-hf", total, options.progress);
   ConvertSummary s;
   const nlohmann::json hf = read_hf_config(dir);
-  std::string previous;
   st::save_hf_weights(staged.dir(), specs,
                       [&](const std::string& name) {
-                        if (!previous.empty()) reader.release("model", previous);
-                        previous = name;
-                        at::Tensor t = reader.read_full("model", name);
+                        at::Tensor t = reader.read_full("model", name);  // a copy: the pieces' pages go back now
+                        reader.release("model", name);
                         const at::ScalarType dt = out_dtype(t.scalar_type(), options);
                         if (dt != t.scalar_type()) t = t.to(dt);
                         bar.add(static_cast<int64_t>(t.nbytes()));
@@ -443,7 +456,6 @@ ConvertSummary convert_mm_to_hf(const std::string& in, const std::string& out, c
                         return t;
                       },
                       options.max_shard_bytes, st::weights_stem(hf));
-  if (!previous.empty()) reader.release("model", previous);
   bar.finish();
   for (const auto& e : fs::directory_iterator(staged.dir()))
     if (ends_with(e.path().filename().string(), ".safetensors")) ++s.files;
@@ -482,12 +494,9 @@ ConvertSummary resplit_checkpoint(const std::string& in, const std::string& out,
   StagedOutput staged(out);
   PieceSource src;
   src.dtype = [&](const std::string& kind, const std::string& name) { return reader.dtype(kind, name); };
-  std::string previous_kind, previous;
   src.read = [&](const Piece& p, at::ScalarType dt) {
-    if (!previous.empty() && (previous != p.name || previous_kind != p.kind)) reader.release(previous_kind, previous);
-    previous_kind = p.kind;
-    previous = p.name;
-    at::Tensor t = reader.read_box(p.kind, p.name, p.box, p.begin, p.end);
+    at::Tensor t = reader.read_box(p.kind, p.name, p.box, p.begin, p.end);  // a copy
+    reader.release(p.kind, p.name);
     return t.scalar_type() == dt ? t : t.to(dt);
   };
   ConvertSummary s = write_layout(staged.dir(), plan, layout, model_pieces_of(plan, layout), opt, src, options, "resplit");

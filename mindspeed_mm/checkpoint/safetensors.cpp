@@ -361,8 +361,8 @@ void save_safetensors(const std::string& path,
                    metadata);
 }
 
-void save_safetensors(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
-                      const std::map<std::string, std::string>& metadata) {
+void save_safetensors_streamed(const std::string& path, const std::vector<TensorSpec>& specs, const TensorWriter& write,
+                               const std::map<std::string, std::string>& metadata) {
   ojson header = ojson::object();
   if (!metadata.empty()) {
     ojson m = ojson::object();
@@ -407,14 +407,33 @@ void save_safetensors(const std::string& path, const std::vector<TensorSpec>& sp
     write_all(fd, &header_len, 8, tmp);
     write_all(fd, text.data(), text.size(), tmp);
     for (size_t i = 0; i < specs.size(); ++i) {
-      at::Tensor c = fetch(specs[i].name).detach().to(at::kCPU).to(specs[i].dtype).contiguous();
-      if (static_cast<uint64_t>(c.numel()) * elem_size(specs[i].dtype) != sizes[i] || c.sizes().vec() != specs[i].shape)
-        fail_tensor(tmp, specs[i].name, cat("fetched tensor has shape ", c.sizes(), ", the header says ",
-                                            c10::IntArrayRef(specs[i].shape)));
-      if (sizes[i] == 0) continue;
-      write_all(fd, c.data_ptr(), sizes[i], tmp);
+      uint64_t written = 0;
+      write(specs[i].name, [&](const void* data, size_t n) {
+        if (written + n > sizes[i])
+          fail_tensor(tmp, specs[i].name, cat("more than the header's ", sizes[i], " bytes were written"));
+        write_all(fd, data, n, tmp);
+        written += n;
+      });
+      if (written != sizes[i])
+        fail_tensor(tmp, specs[i].name, cat(written, " bytes were written, the header says ", sizes[i]));
     }
   });
+}
+
+void save_safetensors(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
+                      const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, const TensorSpec*> by_name;
+  for (const auto& spec : specs) by_name[spec.name] = &spec;
+  save_safetensors_streamed(
+      path, specs,
+      [&](const std::string& name, const std::function<void(const void*, size_t)>& sink) {
+        const TensorSpec& spec = *by_name.at(name);
+        at::Tensor c = fetch(name).detach().to(at::kCPU).to(spec.dtype).contiguous();
+        if (c.sizes().vec() != spec.shape)
+          fail_tensor(path, name, cat("fetched tensor has shape ", c.sizes(), ", the header says ", c10::IntArrayRef(spec.shape)));
+        if (c.nbytes() > 0) sink(c.data_ptr(), c.nbytes());
+      },
+      metadata);
 }
 
 void write_file_atomic_streaming(const std::string& path, const std::function<void(const ByteSink& write)>& body) {

@@ -80,6 +80,12 @@ struct TensorSpec {
 using TensorFetch = std::function<at::Tensor(const std::string& name)>;
 void save_safetensors(const std::string& path, const std::vector<TensorSpec>& specs, const TensorFetch& fetch,
                       const std::map<std::string, std::string>& metadata = {});
+// The same with each tensor's bytes pushed by write(name, sink) in pieces (a window of a mapped
+// input at a time): the writer never holds a whole tensor. mm::Error when a tensor's byte count
+// differs from its spec.
+using TensorWriter = std::function<void(const std::string& name, const std::function<void(const void*, size_t)>& sink)>;
+void save_safetensors_streamed(const std::string& path, const std::vector<TensorSpec>& specs, const TensorWriter& write,
+                               const std::map<std::string, std::string>& metadata = {});
 std::vector<TensorSpec> specs_of(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // Writes bytes to path + ".tmp", fsyncs, renames over path (and fsyncs the directory): a crash

@@ -446,6 +446,8 @@ at::Tensor CheckpointReader::read_box(const std::string& kind, const std::string
         to.copy_(from);
         if (whole_read) covered_count += volume;
         else mark.fill_(true);
+        const at::Tensor block = src.narrow(0, consumed, n);  // copied: its mapped pages go back
+        file(p.file).release(block.data_ptr(), static_cast<size_t>(block.nbytes()));
       }
       consumed += n;
     }
@@ -468,9 +470,18 @@ at::Tensor CheckpointReader::read(const std::string& kind, const std::string& na
   for (const Piece& p : e.pieces) {
     const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
     if (hi <= lo) continue;
-    at::Tensor src = file(p.file).get(name).reshape({-1});
+    const st::SafetensorsReader& f = file(p.file);
+    at::Tensor src = f.get(name).reshape({-1});
     if (!out.defined()) out = at::empty({end - begin}, src.options());
-    out.narrow(0, lo - begin, hi - lo).copy_(src.narrow(0, lo - p.begin, hi - lo));
+    // 64 MiB windows, each one's mapped pages given back once copied: reading a tensor holds
+    // the result, not the result and the file's pages too.
+    const int64_t window = std::max<int64_t>(1, (64ll << 20) / static_cast<int64_t>(src.element_size()));
+    for (int64_t at = lo; at < hi; at += window) {
+      const int64_t n = std::min(window, hi - at);
+      const at::Tensor part = src.narrow(0, at - p.begin, n);
+      out.narrow(0, at - begin, n).copy_(part);
+      f.release(part.data_ptr(), static_cast<size_t>(part.nbytes()));
+    }
     covered += hi - lo;
   }
   if (end == begin) return at::empty({0}, e.dtype);

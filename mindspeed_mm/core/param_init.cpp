@@ -67,7 +67,8 @@ at::Tensor defer_parameter(at::Tensor t) {
   if (!t.is_contiguous() || t.storage_offset() != 0 || t.storage().nbytes() != bytes || t.storage().use_count() > 1)
     return t;
   at::Tensor flat = t.reshape({-1});
-  const bool constant = flat.numel() == 0 || flat.eq(flat[0]).all().item<bool>();
+  // min == max: no temporary as large as the tensor (a bool mask of an embedding is 1/4 of it).
+  const bool constant = flat.numel() == 0 || (flat.min() == flat.max()).item<bool>();
   if (!constant) return t;  // rare; kept as built (a few small tensors at most)
   const double value = flat.numel() ? flat[0].item<double>() : 0.0;
   flat = at::Tensor();
