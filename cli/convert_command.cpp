@@ -18,7 +18,7 @@ namespace mm::cli {
 namespace {
 
 struct ConvertArgs {
-  std::string model_type, in, out, pipeline_num_layers, dtype = "keep", copy_from;
+  std::string model_type, in, out, pipeline_num_layers, dtype = "keep", copy_from, base, adapter;
   int tp = 1, pp = 1, dp = 1, vpp = 1;
   double max_shard_gb = 5;
   bool quiet = false;
@@ -116,6 +116,18 @@ void add_convert_command(CLI::App& app) {
   register_action(r, [] {
     const auto l = layout();
     report("resplit", checkpoint::resplit_checkpoint(args.in, args.out, l, options()), ", " + l.describe());
+    return 0;
+  });
+
+  auto* ml = c->add_subcommand("merge-lora", "A PEFT LoRA adapter merged into its base model (an HF directory)");
+  ml->add_option("--base", args.base, "the base HF model directory")->required();
+  ml->add_option("--adapter", args.adapter, "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")
+      ->required();
+  ml->add_option("--out", args.out, "output HF directory")->required();
+  ml->add_option("--max-shard-gb", args.max_shard_gb, "safetensors shard size in GB (HF's default 5)");
+  add_common_options(ml);
+  register_action(ml, [] {
+    report("merge-lora", checkpoint::merge_lora(args.base, args.adapter, args.out, options()), "");
     return 0;
   });
 

@@ -8,7 +8,7 @@
 # named here is `unit`: give a new slow test its label here.
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
 set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
-    TensorParallelTrain PipelineTrain)
+    TensorParallelTrain PipelineTrain LoraTrain)
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
     FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
@@ -16,7 +16,7 @@ set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Ev
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
-    SentencePiece WanDiT WanVAE WanPipeline InitCommand ConvertConformance)
+    SentencePiece WanDiT WanVAE WanPipeline InitCommand ConvertConformance LoraConformance)
 set(_mm_conformance_tests_umt5 UMT5.HiddenStatesEqualTransformers)
 set(_mm_conformance_tests_diffusers FlowSchedulers.MatchDiffusersStepByStep)
 set(_mm_conformance_tests

@@ -20,6 +20,7 @@
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/training/pipeline.h"
+#include "mindspeed_mm/training/lora.h"
 #include "mindspeed_mm/training/tensor_parallel_plan.h"
 
 namespace fs = std::filesystem;
@@ -510,6 +511,72 @@ ConvertSummary resplit_checkpoint(const std::string& in, const std::string& out,
       fs::copy_file(e.path(), fs::path(staged.dir()) / name);
   }
   copy_travelling_files(dir, staged.dir());
+  staged.commit();
+  return s;
+}
+
+ConvertSummary merge_lora(const std::string& base, const std::string& adapter, const std::string& out,
+                          const ConvertOptions& options) {
+  if (options.dtype != "keep") parse_dtype(options.dtype);
+  if (!fs::is_directory(base)) throw Error(cat("convert: --base '", base, "' is not a directory"));
+  const nlohmann::json hf = read_hf_config(base);
+  const std::string source = (fs::path(base) / "config.json").string();
+  auto model = build_deferred(model_type_of(hf, source), hf, source);
+  const config::LoraConfig lc = training::read_peft_adapter_config(adapter);
+  const double scaling = lc.alpha / static_cast<double>(lc.rank);
+  const std::string file = (fs::path(adapter) / "adapter_model.safetensors").string();
+  if (!fs::exists(file)) throw Error(cat("convert: no adapter_model.safetensors in '", adapter, "'"));
+  st::SafetensorsReader lora(file);
+  std::map<std::string, std::string> adapter_key;  // our parameter name -> the adapter's key
+  for (const auto& k : lora.keys()) adapter_key[training::parameter_of_peft_key(*model, k)] = k;
+  st::HFWeights weights(base);
+  std::set<std::string> used;
+  std::vector<st::TensorSpec> specs;
+  std::map<std::string, std::string> ours;  // base key -> our name
+  int64_t total = 0;
+  for (const auto& k : weights.keys()) {
+    const st::TensorInfo info = weights.info(k);
+    specs.push_back({k, out_dtype(info.dtype, options), info.shape});
+    ours[k] = model->parameter_name(k);
+    total += product(info.shape) * static_cast<int64_t>(c10::elementSize(specs.back().dtype));
+  }
+  for (const auto& [name, key] : adapter_key) {
+    const bool adapts = training::LoraLayout::is_adapter(name);
+    const std::string weight = adapts ? name.substr(0, name.size() - 14) + ".weight" : name;
+    bool found = false;
+    for (const auto& [k, n] : ours) found = found || n == weight;
+    if (!found)
+      throw Error(cat("convert: adapter tensor '", key, "' (", name, ") has no weight '", weight, "' in the base '", base, "'"));
+  }
+  StagedOutput staged(out);
+  ProgressBar bar("merge-lora", total, options.progress);
+  ConvertSummary s;
+  st::save_hf_weights(staged.dir(), specs,
+                      [&](const std::string& k) {
+                        const std::string& name = ours.at(k);
+                        at::Tensor w = weights.get(k);
+                        const std::string module = name.size() > 7 ? name.substr(0, name.size() - 7) : name;
+                        if (adapter_key.count(name)) {
+                          w = lora.get_copy(adapter_key.at(name));  // modules_to_save: trained whole
+                        } else if (adapter_key.count(module + ".lora_A.weight") && adapter_key.count(module + ".lora_B.weight")) {
+                          const at::Tensor a = lora.get(adapter_key.at(module + ".lora_A.weight"));
+                          const at::Tensor b = lora.get(adapter_key.at(module + ".lora_B.weight"));
+                          // peft's get_delta_weight: (B @ A) * scaling in the adapter's dtype, cast to W's.
+                          w = w + (at::matmul(b, a) * scaling).to(w.scalar_type());
+                          used.insert(module);
+                        }
+                        const at::ScalarType dt = out_dtype(w.scalar_type(), options);
+                        if (dt != w.scalar_type()) w = w.to(dt);
+                        bar.add(static_cast<int64_t>(w.nbytes()));
+                        s.bytes += static_cast<int64_t>(w.nbytes());
+                        ++s.tensors;
+                        return w;
+                      },
+                      options.max_shard_bytes, st::weights_stem(hf));
+  bar.finish();
+  ++s.files;
+  write_text((fs::path(staged.dir()) / "config.json").string(), hf.dump(2) + "\n");
+  copy_travelling_files(base, staged.dir());
   staged.commit();
   return s;
 }

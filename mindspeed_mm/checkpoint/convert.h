@@ -76,6 +76,12 @@ struct WanConvertOptions : ConvertOptions {
 ConvertSummary convert_wan(const std::string& in, const std::string& out, const WanConvertOptions& options,
                            std::vector<std::string>* parts = nullptr);
 
+// A PEFT LoRA adapter merged into its base: every adapted weight W + (alpha / r) B A (in W's dtype,
+// as peft's merge_and_unload), modules_to_save replaced by the adapter's; the base's names, order,
+// config and tokenizer files. mm::Error naming an adapter tensor that adapts nothing in the base.
+ConvertSummary merge_lora(const std::string& base, const std::string& adapter, const std::string& out,
+                          const ConvertOptions& options = {});
+
 // An output directory written under OUT.partial and renamed to OUT by commit(); removed when
 // abandoned (an exception, an interrupted run leaves only OUT.partial). mm::Error for an OUT
 // that exists and is not empty.

@@ -140,8 +140,10 @@ std::string save_checkpoint(const std::string& save_dir, const TrainState& state
   } else if (rank == 0) {
     MM_CHECK(mine.model, "checkpoint: rank 0 of an unsharded save needs the model");
     // Streamed: one tensor at a time comes to the host while the file is written.
-    st::save_safetensors((tmp_dir / "model.safetensors").string(), detached(mine.model->named_parameters()),
-                         {{"format", "pt"}});
+    std::vector<std::pair<std::string, at::Tensor>> params;
+    for (auto& [name, p] : mine.model->named_parameters())
+      if (!mine.trainable_only || p.requires_grad()) params.emplace_back(name, p);
+    st::save_safetensors((tmp_dir / "model.safetensors").string(), detached(params), {{"format", "pt"}});
     st::save_safetensors((tmp_dir / "optimizer.safetensors").string(), detached(mine.optimizer_state));
   }
   if (mine.writes_loader)

@@ -67,6 +67,7 @@ struct RankCheckpoint {
   // Unsharded: rank 0's full model and optimizer state (the others pass nothing). The state is
   // named tensors ("exp_avg.model.norm.weight", scalars 0-dim), as the optimizer holds them.
   const mm::nn::Module* model = nullptr;
+  bool trainable_only = false;  // only the parameters that require grad (LoRA's adapters)
   std::vector<std::pair<std::string, at::Tensor>> optimizer_state;
   // Sharded: this rank's pieces.
   std::vector<ShardEntry> model_shards, optimizer_shards;

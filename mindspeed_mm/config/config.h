@@ -238,12 +238,35 @@ struct ModelConfig {
   }
 };
 
+// LoRA (training/lora.h): low-rank adapters on the Linear layers `target` names (PEFT's
+// target_modules: a module name such as q_proj matches every module whose path ends with it; a
+// path pattern with {*}, * or ? matches as plans do), the rest of the model frozen.
+struct LoraConfig {
+  std::vector<std::string> target;           // [] = no LoRA
+  int64_t rank = 8;
+  double alpha = 16;                         // scaling alpha / rank
+  double dropout = 0;                        // on the adapter's input, in training
+  std::vector<std::string> modules_to_save;  // modules trained whole beside the adapters (lm_head)
+  std::string adapter;                       // a PEFT adapter directory to start from (continue training)
+  bool enabled() const { return !target.empty(); }
+  template <class IO> void io(IO& io) {
+    io("target", target);
+    io("rank", rank, gt(0));
+    io("alpha", alpha, gt(0));
+    io("dropout", dropout, in_range(0.0, 0.999));
+    io("modules_to_save", modules_to_save);
+    io("adapter", adapter);
+  }
+};
+
 struct FeaturesConfig {
   std::vector<std::string> freeze;         // module-path patterns whose parameters are frozen
   std::vector<std::string> recompute;      // blocks whose activations are recomputed in backward
+  LoraConfig lora;
   template <class IO> void io(IO& io) {
     io("freeze", freeze);
     io("recompute", recompute);
+    io.section("lora", lora);
   }
 };
 

@@ -106,4 +106,14 @@ bool Block::has_wrapper(const std::string& tag) const {
   return false;
 }
 
+std::shared_ptr<Module> Module::take_module(const std::string& name) {
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->first == name) {
+      std::shared_ptr<Module> m = it->second;
+      children_.erase(it);
+      return m;
+    }
+  return nullptr;
+}
+
 }  // namespace mm::nn

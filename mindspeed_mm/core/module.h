@@ -34,6 +34,10 @@ class Module : public std::enable_shared_from_this<Module> {
     return m;
   }
 
+  // Removes and returns the child `name` (null when there is none): plans that add children
+  // (LoRA's adapters) take them out of the tree for a moment.
+  std::shared_ptr<Module> take_module(const std::string& name);
+
   // Parameters with full dotted paths, in registration order (depth first).
   std::vector<std::pair<std::string, at::Tensor>> named_parameters(const std::string& prefix = "") const;
   std::vector<at::Tensor> parameters() const;

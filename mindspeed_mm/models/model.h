@@ -79,6 +79,9 @@ class Model : public mm::nn::Module {
   // A checkpoint's parameter name in this model's tree (for naming schemes other than the
   // tree's own); identity by default.
   virtual std::string parameter_name(const std::string& checkpoint_name) const { return checkpoint_name; }
+  // The path transformers' current class gives a parameter path of this model (the inverse of
+  // parameter_name where the two differ): what PEFT's adapter files are keyed by. Identity by default.
+  virtual std::string hf_module_path(const std::string& name) const { return name; }
   // Checkpoint tensors loading may skip: copies of tied weights (a tied LM's lm_head.weight).
   virtual std::vector<std::string> optional_checkpoint_tensors() const { return {}; }
   // The model's parts (default: one, "model", holding everything).

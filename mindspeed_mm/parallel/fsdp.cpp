@@ -104,7 +104,19 @@ FullyShardedDataParallel::FullyShardedDataParallel(mm::nn::Module& root,
       u.block->add_wrapper("fsdp", [this, i](mm::nn::Block&, const at::Tensor& x, const mm::nn::ForwardContext& c,
                                              const mm::nn::BlockCtxFn& inner) {
         before_unit_forward(i);
-        at::Tensor out = inner(x, c);
+        at::Tensor in = x;
+        Unit& unit = units_[i];
+        if (at::GradMode::is_enabled() && x.requires_grad() && unit.trainable < static_cast<int>(unit.params.size())) {
+          // Frozen parameters may be used after the last trainable gradient arrives: the unit is
+          // done (and may be freed) once its input's gradient is computed as well.
+          unit.awaits_input = true;
+          in = call_before_backward_of(x, [this, i] {
+            if (!in_backward_) return;
+            --units_[i].pending;
+            launch_ready_reductions();
+          });
+        }
+        at::Tensor out = inner(in, c);
         after_unit_forward(i);
         if (at::GradMode::is_enabled()) out = call_before_backward_of(out, [this, i] { before_unit_backward(i); });
         return out;
@@ -258,7 +270,8 @@ at::Tensor FullyShardedDataParallel::prepare_backward(const at::Tensor& loss) {
                                      [&](size_t i) { return units_[i].trainable == 0; }),
                       reduce_order_.end());
   for (Unit& u : units_) {
-    u.pending = u.trainable;
+    u.pending = u.trainable + (u.awaits_input && u.trainable > 0 ? 1 : 0);
+    u.awaits_input = false;
     u.reduced = false;
   }
   next_reduce_ = 0;

@@ -131,6 +131,10 @@ class FullyShardedDataParallel {
     at::Tensor full;                 // param_dtype [full_numel]; storage freed while resharded
     int64_t full_numel = 0, shard_numel = 0;
     int trainable = 0, pending = 0;  // trainable parameters; those whose gradient has not arrived
+    // A unit with frozen parameters whose input takes a gradient: its backward has ended only
+    // when that input's gradient is out too (a frozen norm's weight is used after the last
+    // trainable parameter's gradient); counted in pending.
+    bool awaits_input = false;
     bool gathered = false, reduced = false;
     std::shared_ptr<PendingWork> inflight;  // a started all-gather
     at::Tensor send, recv;

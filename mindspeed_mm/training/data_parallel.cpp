@@ -287,6 +287,27 @@ void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& 
   if (fsdp_) fsdp_->reshard();
 }
 
+std::vector<std::pair<std::string, at::Tensor>> DataParallelModel::whole_parameters(const std::set<std::string>& names) {
+  std::map<std::string, at::Tensor> params;
+  for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
+  std::vector<std::string> order;
+  if (fsdp_) order = fsdp_->export_order();
+  else
+    for (auto& [name, p] : model_.named_parameters()) order.push_back(name);
+  std::map<std::string, at::Tensor> got;
+  for (const auto& name : order) {
+    if (!names.count(name)) continue;
+    at::Tensor t = whole_parameter(name, params.at(name));
+    if (par_.is_main()) got[name] = t.detach().cpu().clone();
+  }
+  if (fsdp_) fsdp_->reshard();
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (par_.is_main())
+    for (auto& [name, p] : model_.named_parameters())
+      if (got.count(name)) out.emplace_back(name, got.at(name));
+  return out;
+}
+
 TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
   TrainMemory m;
   int64_t full = 0, trainable_full = 0, updated = 0;
@@ -330,6 +351,7 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   part.loader_world = par_.dp_size();
   part.writes_loader = par_.tp_rank() == 0;
   part.writes_loader = part.writes_loader && par_.pp_rank() == 0;
+  part.trainable_only = trainable_only_;
   if (!part.sharded) {
     if (par_.dp_rank() == 0) {
       part.model = &model_;
@@ -341,6 +363,7 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   for (auto& [name, p] : model_.named_parameters()) {
     params.emplace(name, p);
     if (!writes(name)) continue;
+    if (trainable_only_ && !(pipeline_ ? pipeline_->trainable.count(name) > 0 : p.requires_grad())) continue;
     auto [b, e] = range(name, p);
     if (e <= b && !(fsdp_ || p.requires_grad())) continue;
     at::Tensor data = fsdp_ ? fsdp_->shard(name).narrow(0, 0, e - b) : p.detach().reshape({-1}).narrow(0, b, e - b);
@@ -370,6 +393,8 @@ void DataParallelModel::load_checkpoint(const checkpoint::CheckpointReader& r, O
   for (auto& [name, p] : model_.named_parameters()) {
     params.emplace(name, p);
     const std::vector<int64_t> shape = mm::nn::full_shape(p);
+    const bool trains = pipeline_ ? pipeline_->trainable.count(name) > 0 : p.requires_grad();
+    if (trainable_only_ && !trains && !r.has("model", name)) continue;  // frozen: model.pretrained's
     if (!r.has("model", name)) missing.push_back(name);
     else if (r.shape("model", name) != shape)
       mismatched.push_back(cat(name, " ", c10::IntArrayRef(r.shape("model", name)), " vs model ", c10::IntArrayRef(shape)));
@@ -380,6 +405,7 @@ void DataParallelModel::load_checkpoint(const checkpoint::CheckpointReader& r, O
                     mismatched.empty() ? "" : cat(" shape mismatch ", mismatched.front(), " (", mismatched.size(), " in all)")));
   for (auto& [name, p] : params) {
     if (!holds(name)) continue;  // another pipeline stage's
+    if (!r.has("model", name)) continue;  // frozen, not saved (checked above)
     const checkpoint::TensorBox box = tp_.box(name);  // this rank's tensor-parallel slice (or all of it)
     if (fsdp_) {
       auto [b, e] = fsdp_->shard_range(name);

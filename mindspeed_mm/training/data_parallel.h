@@ -42,6 +42,9 @@ class DataParallelModel {
 
   bool sharded() const { return fsdp_ != nullptr; }
   const TpLayout& tp_layout() const { return tp_; }
+  // Checkpoints hold only the parameters that train (LoRA: the adapters; the frozen base comes
+  // from model.pretrained), and loading one leaves the frozen parameters as they are.
+  void set_checkpoint_trainable_only(bool on) { trainable_only_ = on; }
   const std::optional<PipelineLayout>& pipeline_layout() const { return pipeline_; }
   // FSDP over a deferred model: runs init (the model's init_weights) keeping this rank's
   // slices of every value it draws, the same values an eager build has.
@@ -83,6 +86,9 @@ class DataParallelModel {
   // Writes the model as an HF directory from rank 0. FSDP streams it unit by unit (every rank
   // takes part in the gathers), so no rank ever holds the whole model.
   void export_hf(const std::string& dir, const nlohmann::json& hf_config);
+  // The whole values of the named parameters (every rank calls it: FSDP, tensor and pipeline
+  // parallel ranks take part in the gathers); rank 0 gets them, in model order.
+  std::vector<std::pair<std::string, at::Tensor>> whole_parameters(const std::set<std::string>& names);
 
   TrainMemory memory(const Optimizer& optimizer) const;
 
@@ -97,6 +103,7 @@ class DataParallelModel {
   models::Model& model_;
   const TrainParallel& par_;
   TpLayout tp_;
+  bool trainable_only_ = false;
   std::optional<PipelineLayout> pipeline_;
   bool manual_dp_ = false;  // pipeline stages: gradients all-reduced over the data-parallel ranks after the step
   std::vector<at::Tensor> trainable_;

@@ -1,5 +1,7 @@
 #include "mindspeed_mm/training/model_builder.h"
 
+#include "mindspeed_mm/training/lora.h"
+
 #include <filesystem>
 
 #include "mindspeed_mm/core/param_init.h"
@@ -73,7 +75,7 @@ std::vector<std::pair<std::string, at::Tensor>> part_parameters(const models::Mo
   const auto parts = model.parts();
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto& [name, p] : model.named_parameters())
-    if (models::part_of(parts, name) == index) out.emplace_back(name, p);
+    if (models::part_of(parts, name) == index && !LoraLayout::is_adapter(name)) out.emplace_back(name, p);
   return out;
 }
 

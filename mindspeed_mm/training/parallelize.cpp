@@ -46,12 +46,34 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
 }
 
 std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const config::Config& cfg,
-                                               const TrainParallel& mesh, at::Device device, bool deferred) {
+                                               const TrainParallel& mesh, at::Device device, bool deferred,
+                                               LoraLayout* lora_out) {
   check_parallel_layout(model, cfg, mesh.shape());
   // 1. freeze
   if (const int64_t n = freeze_parts(model, cfg.model); n > 0) log::info("plan: froze ", n, " parameter tensors of model.parts");
   if (!cfg.features.freeze.empty())
     log::info("plan: froze ", apply_freeze_plan(model, cfg.features.freeze), " parameter tensors");
+  // LoRA: adapters on the targets (initialised now unless deferred: step 4 does it then), the
+  // rest frozen; a PEFT adapter to continue from is loaded once the adapters have their values.
+  LoraLayout lora;
+  const auto seed = static_cast<uint64_t>(cfg.training.seed);
+  if (cfg.features.lora.enabled()) {
+    if (cfg.parallel.sequence_parallel)
+      throw ConfigError("config: features.lora with parallel.sequence_parallel is not built yet (LoRA works with "
+                        "DDP, FSDP and tensor parallelism)");
+    lora = apply_lora_plan(model, cfg.features.lora);
+    if (!deferred) {
+      init_lora_weights(model, lora, seed);
+      if (!cfg.features.lora.adapter.empty()) load_peft_adapter(model, cfg.features.lora.adapter);
+    }
+    int64_t adapters = 0;
+    for (auto& [name, p] : model.named_parameters())
+      if (LoraLayout::is_adapter(name)) adapters += p.numel();
+    log::info("plan: LoRA rank ", cfg.features.lora.rank, " alpha ", cfg.features.lora.alpha, " on ", lora.targets.size(),
+              " Linear layers (", adapters, " adapter parameters)",
+              lora.saved.empty() ? std::string() : cat(", ", lora.saved.size(), " modules trained whole"),
+              cfg.features.lora.adapter.empty() ? std::string() : cat(", from the PEFT adapter ", cfg.features.lora.adapter));
+  }
   // 2. tensor parallel
   const models::PlanTable plans = model.plans();
   TpLayout tp;
@@ -96,17 +118,26 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   // 4. materialise
   if (deferred) {
     if (fsdp) model.to(device);  // buffers (FSDP gives the parameters their storage on the device)
-    dp->initialize([&] { model.init_weights(static_cast<uint64_t>(cfg.training.seed)); });
+    dp->initialize([&] {
+      {
+        HiddenAdapters hidden(model, lora);  // the base's draws as without LoRA (one process's)
+        model.init_weights(seed);
+      }
+      if (lora.enabled()) init_lora_weights(model, lora, seed);
+    });
     if (!cfg.model.pretrained.empty())
-      checkpoint::load_model_weights(model, cfg.model.pretrained, model.optional_checkpoint_tensors(),
-                                     [&](const std::string& k) { return model.parameter_name(k); },
-                                     dp->weight_store());
+      checkpoint::load_weights(base_parameters(model), cfg.model.pretrained, model.optional_checkpoint_tensors(),
+                               [&](const std::string& k) { return model.parameter_name(k); }, dp->weight_store());
     load_part_weights(model, cfg.model, dp->weight_store());
+    if (lora.enabled() && !cfg.features.lora.adapter.empty())
+      load_peft_adapter(model, cfg.features.lora.adapter, dp->weight_store());
     dp->weights_changed();
   }
   // 5. recompute
   if (!cfg.features.recompute.empty())
     log::info("plan: recomputing activations of ", apply_recompute_plan(model, cfg.features.recompute), " blocks");
+  if (lora.enabled()) dp->set_checkpoint_trainable_only(true);  // the base comes from model.pretrained
+  if (lora_out) *lora_out = std::move(lora);
   return dp;
 }
 

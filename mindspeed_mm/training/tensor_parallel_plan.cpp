@@ -36,6 +36,13 @@ bool under(const std::string& path, const std::string& prefix) {
                             path[prefix.size()] == '.');
 }
 
+// A LoRA adapter's child Linear of a target layer (training/lora.h), or null.
+models::Linear* lora_of(models::Linear* lin, const char* name) {
+  for (auto& [n, c] : lin->children())
+    if (n == name) return dynamic_cast<models::Linear*>(c.get());
+  return nullptr;
+}
+
 }  // namespace
 
 at::Tensor TpLayout::local(const std::string& name, const at::Tensor& full) const {
@@ -161,6 +168,9 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
           if (t.kv_heads % n != 0 && n % t.kv_heads != 0)
             fail(path, cat("projects ", t.kv_heads, " key/value heads: they must divide by ", n, " or divide ", n));
           t.replicate_kv = t.kv_heads % n != 0;
+          if (t.replicate_kv && lora_of(lin, "lora_B"))
+            fail(path, cat("carries a LoRA adapter and its ", t.kv_heads, " key/value heads are replicated over ", n,
+                           " ranks: LoRA there is not built (use a tensor-parallel size that divides the key/value heads)"));
         } else if (style == "qkv_colwise") {
           if (lin->out_features % (3 * n) != 0)
             fail(path, cat("has ", lin->out_features, " fused q/k/v output features; each third must divide by ", n));
@@ -252,6 +262,16 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
     const auto in = input_of(t.in_sequence_region);
     if (t.style == "rowwise") {
       keep(pre + "weight", lin->weight, {}, 1);  // the bias stays whole, added once after the sum
+      if (auto* a = lora_of(lin, "lora_A")) {
+        // LoRA: A takes this rank's input features; the partial products summed, B whole.
+        keep(pre + "lora_A.weight", a->weight, {}, 1);
+        if (!record) {
+          a->in_features /= n;
+          a->parallel_forward = [tp](const models::Linear& l, const at::Tensor& x) {
+            return parallel::reduce_from_tp_region(at::linear(x, l.weight), tp);
+          };
+        }
+      }
       if (record) continue;
       lin->in_features /= n;
       const bool seq = t.in_sequence_region;
@@ -282,6 +302,18 @@ TpLayout apply_plan(mm::nn::Module& root, const std::vector<std::pair<std::strin
     } else {  // colwise, kv_colwise (heads divide), vocab_head
       keep(pre + "weight", lin->weight, {}, 0);
       if (lin->bias.defined()) keep(pre + "bias", lin->bias, {}, 0);
+    }
+    if (auto* b = lora_of(lin, "lora_B")) {
+      // LoRA: B's rows split as the layer's outputs; A whole. B's input goes through copy_to, so
+      // the gradient reaching A (and the layer's input through it) is the whole one on every rank.
+      if (t.style == "qkv_colwise") keep(pre + "lora_B.weight", b->weight, {3, lin->out_features / 3, b->in_features}, 1);
+      else keep(pre + "lora_B.weight", b->weight, {}, 0);
+      if (!record) {
+        b->out_features /= n;
+        b->parallel_forward = [tp](const models::Linear& l, const at::Tensor& h) {
+          return at::linear(parallel::copy_to_tp_region(h, tp), l.weight);
+        };
+      }
     }
     if (record) continue;
     lin->out_features /= n;

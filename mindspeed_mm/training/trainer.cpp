@@ -46,6 +46,7 @@ class Run {
   // Validation loss, reported as "validation <when>: <objective's words>".
   double validate(const std::string& when, bool with_baseline = false);
   void save();
+  void write_adapter(const std::string& dir);
   // After the loop: skipped samples, HF export, the objective's report, peak memory.
   void finish(TrainSummary& summary);
 
@@ -62,6 +63,7 @@ class Run {
   std::unique_ptr<Objective> objective_;
   std::unique_ptr<InputEncoder> encoder_;  // model.encoders: frozen, applied to every batch first
   std::unique_ptr<DataParallelModel> dp_;
+  LoraLayout lora_;
   std::unique_ptr<PipelineRunner> pipeline_;
   std::unique_ptr<Optimizer> optimizer_;
   LRSchedule lr_at_;
@@ -202,7 +204,7 @@ void Run::setup_model() {
   const auto seed = static_cast<uint64_t>(tc_.seed);
   at::manual_seed(seed);
   if (!model_) model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, /*deferred=*/false, device_);
-  dp_ = parallelize(*model_, cfg_, par_, device_, deferred(par_));
+  dp_ = parallelize(*model_, cfg_, par_, device_, deferred(par_), &lora_);
   int64_t trainable = 0;
   for (auto& p : model_->parameters())
     if (p.requires_grad()) trainable += p.numel();
@@ -352,7 +354,15 @@ void Run::save() {
   if (device_.is_cuda()) state_.device_rng = {"cuda", at::globalContext().defaultGenerator(device_).get_state()};
   std::string dir = checkpoint::save_checkpoint(tc_.save_dir, state_, model_->hf_config(), part, par_.env().rank,
                                                 par_.env().world_size, [&] { par_.barrier(); });
+  if (lora_.enabled()) write_adapter((std::filesystem::path(dir) / "adapter").string());
   progress_->event(cat("saved checkpoint ", dir), {{"iter", state_.iteration}, {"checkpoint", dir}});
+}
+
+// LoRA: the adapters (and modules_to_save) in PEFT's format, which peft and `--adapter` load.
+void Run::write_adapter(const std::string& dir) {
+  const auto tensors = dp_->whole_parameters(lora_.trainable);
+  if (par_.is_main())
+    save_peft_adapter(dir, peft_adapter_config(*model_, lora_, cfg_.model.pretrained), *model_, tensors);
 }
 
 void Run::finish(TrainSummary& summary) {
@@ -364,7 +374,10 @@ void Run::finish(TrainSummary& summary) {
                      {{"iter", state_.iteration}, {"skipped_samples", summary.skipped_samples}});
   if (has_validation()) summary.val_loss_after = validate("after training");
   if (!tc_.save_dir.empty() && !due(tc_.save_interval)) save();
-  if (!tc_.export_dir.empty()) {
+  if (!tc_.export_dir.empty() && lora_.enabled()) {
+    write_adapter(tc_.export_dir);
+    progress_->event(cat("exported the LoRA adapter (PEFT format) to ", tc_.export_dir), nullptr);
+  } else if (!tc_.export_dir.empty()) {
     dp_->export_hf(tc_.export_dir, model_->hf_config());
     progress_->event(cat("exported Hugging Face model to ", tc_.export_dir), nullptr);
   }

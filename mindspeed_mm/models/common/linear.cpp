@@ -10,7 +10,8 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, at::ScalarType dtype)
 }
 
 at::Tensor Linear::forward(const at::Tensor& x) const {
-  return parallel_forward ? parallel_forward(*this, x) : at::linear(x, weight, bias);
+  at::Tensor y = parallel_forward ? parallel_forward(*this, x) : at::linear(x, weight, bias);
+  return adapter ? y + adapter(*this, x) : y;
 }
 
 Embedding::Embedding(int64_t n, int64_t dim, at::ScalarType dtype) : num_embeddings(n), embedding_dim(dim) {

@@ -21,6 +21,8 @@ class Linear : public mm::nn::Module {
   // Set by a parallel plan (training/tensor_parallel_plan.h) to run this layer as a column- or
   // row-parallel piece; model code never sets it.
   std::function<at::Tensor(const Linear&, const at::Tensor&)> parallel_forward;
+  // Set by the LoRA plan (training/lora.h): added to the output (x's low-rank update).
+  std::function<at::Tensor(const Linear&, const at::Tensor&)> adapter;
 };
 
 // Token lookup: weight [num_embeddings, embedding_dim].

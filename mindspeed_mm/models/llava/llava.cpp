@@ -226,6 +226,17 @@ std::string LlavaForConditionalGeneration::parameter_name(const std::string& nam
   return name;
 }
 
+std::string LlavaForConditionalGeneration::hf_module_path(const std::string& name) const {
+  static const std::pair<std::string, std::string> kMap[] = {
+      {"vision_tower.", "model.vision_tower."},
+      {"multi_modal_projector.", "model.multi_modal_projector."},
+      {"language_model.model.", "model.language_model."},
+      {"language_model.lm_head.", "lm_head."}};
+  for (const auto& [from, to] : kMap)
+    if (name.compare(0, from.size(), from) == 0) return to + name.substr(from.size());
+  return name;
+}
+
 void LlavaForConditionalGeneration::init_weights(uint64_t seed) {
   language_model->init_weights(seed);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x11A7Aull);

@@ -146,6 +146,7 @@ class LlavaForConditionalGeneration : public CausalLM {
   int64_t vocab_size() const override { return config.text.vocab_size; }
   bool has_vision() const override { return true; }
   std::string parameter_name(const std::string& checkpoint_name) const override;
+  std::string hf_module_path(const std::string& name) const override;
   std::string type_name() const override { return "LlavaForConditionalGeneration"; }
 
   LlavaConfig config;

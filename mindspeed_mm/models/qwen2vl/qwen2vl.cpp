@@ -125,6 +125,12 @@ std::string Qwen2VLForConditionalGeneration::parameter_name(const std::string& n
   return name;
 }
 
+std::string Qwen2VLForConditionalGeneration::hf_module_path(const std::string& name) const {
+  if (name.compare(0, 7, "visual.") == 0) return "model." + name;
+  if (name.compare(0, 6, "model.") == 0) return "model.language_model." + name.substr(6);
+  return name;
+}
+
 at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInputs& in) const {
   const RopeIndexConfig& rc = vl_config.rope_index;
   if (!in.segment_ids.defined())

@@ -42,6 +42,7 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   bool has_vision() const override { return true; }
   // transformers >= 4.52 saves model.visual.* and model.language_model.*: read as visual.* and model.*.
   std::string parameter_name(const std::string& checkpoint_name) const override;
+  std::string hf_module_path(const std::string& name) const override;
   // The language model as in Qwen2ForCausalLM; the vision tower N(0, initializer_range) for
   // matrices and the patch embedding, zero biases, unit LayerNorms.
   void init_weights(uint64_t seed) override;

@@ -1,0 +1,183 @@
+// LoRA (mindspeed_mm/training/lora.h) against PyPI's peft (tests/conformance/peft_reference.py):
+// an adapter mm writes loads into peft on the transformers model with the same logits; one peft
+// makes loads into mm with the same logits; `mm convert merge-lora` equals peft's
+// merge_and_unload. Then training: only the adapters train and are saved, and DDP, FSDP and
+// tensor parallelism give the losses and adapters of one process.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "dist_train_runs.h"
+#include "hf_reference.h"
+#include "mindspeed_mm/checkpoint/hf_weights.h"
+#include "mindspeed_mm/checkpoint/safetensors.h"
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/training/lora.h"
+#include "run_command.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void run_peft(const std::string& args) {
+  const std::string cmd = std::string(MM_PYTHON) + " " + mm::test::source_dir() + "/tests/conformance/peft_reference.py " + args;
+  auto r = mm::test::run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+}
+
+json tiny_qwen2() {
+  return {{"model_type", "qwen2"},    {"architectures", {"Qwen2ForCausalLM"}}, {"vocab_size", 97},
+          {"hidden_size", 64},        {"intermediate_size", 112},             {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2},             {"initializer_range", 0.2},
+          {"tie_word_embeddings", false}};
+}
+
+// A base model directory made by transformers, with input ids to score.
+std::string make_base(const std::string& dir) {
+  mm::test::run_hf("create " + dir + "/base '" + tiny_qwen2().dump() + "' --seed 3");
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(4);
+  mm::st::save_safetensors(dir + "/base/inputs.safetensors",
+                           {{"input_ids", at::randint(97, {2, 11}, gen, at::TensorOptions().dtype(at::kLong))}});
+  return dir + "/base";
+}
+
+at::Tensor ids_of(const std::string& base) { return mm::st::HFWeights(base + "/inputs.safetensors").get("input_ids"); }
+
+}  // namespace
+
+TEST(LoraConformance, PeftLoadsOursAndOursLoadsPeftsWithTheSameLogits) {
+  const std::string dir = mm::test::fresh_dir("lora_peft");
+  const std::string base = make_base(dir);
+
+  // mm -> peft: adapters on q, v and down projections, lm_head trained whole; lora_B drawn at
+  // random (PEFT's init leaves it zero: the adapter would change nothing).
+  {
+    auto model = mm::test::load_hf_model(base);
+    mm::config::LoraConfig c;
+    c.target = {"q_proj", "v_proj", "down_proj"};
+    c.rank = 4;
+    c.alpha = 8;
+    c.modules_to_save = {"lm_head"};
+    const auto layout = mm::training::apply_lora_plan(*model, c);
+    EXPECT_EQ(layout.targets.size(), 6u);
+    mm::training::init_lora_weights(*model, layout, 1);
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    std::vector<std::pair<std::string, at::Tensor>> trained;
+    {
+      at::NoGradGuard no_grad;
+      for (auto& [name, p] : model->named_parameters()) {
+        EXPECT_EQ(p.requires_grad(), layout.trainable.count(name) > 0) << name;
+        if (!p.requires_grad()) continue;
+        if (name.find("lora_B") != std::string::npos || name == "lm_head.weight")
+          p.add_(at::empty(p.sizes(), at::TensorOptions().dtype(at::kDouble)).normal_(0, 0.2, gen).to(p.scalar_type()));
+        trained.emplace_back(name, p.detach().clone());
+      }
+    }
+    EXPECT_EQ(trained.size(), 6u * 2 + 1);
+    mm::training::save_peft_adapter(dir + "/ours", mm::training::peft_adapter_config(*model, layout, base), *model, trained);
+    run_peft("logits " + base + " " + dir + "/ours " + dir + "/peft_on_ours.safetensors");
+    at::NoGradGuard no_grad;
+    const at::Tensor ours = model->forward(ids_of(base));
+    const at::Tensor theirs = mm::st::HFWeights(dir + "/peft_on_ours.safetensors").get("logits");
+    EXPECT_LT(mm::test::rel_err(ours, theirs), 1e-4);
+    // The adapter matters: the base alone gives other logits.
+    EXPECT_GT(mm::test::rel_err(mm::test::load_hf_model(base)->forward(ids_of(base)), theirs), 1e-2);
+  }
+
+  // peft -> mm: an adapter made by peft (every weight random), read with its config.
+  run_peft("create " + base + " " + dir + "/theirs '" +
+           json({{"r", 8}, {"lora_alpha", 4}, {"target_modules", {"k_proj", "o_proj", "gate_proj"}},
+                 {"modules_to_save", {"lm_head"}}}).dump() + "' --seed 6");
+  {
+    auto model = mm::test::load_hf_model(base);
+    const mm::config::LoraConfig c = mm::training::read_peft_adapter_config(dir + "/theirs");
+    EXPECT_EQ(c.rank, 8);
+    EXPECT_EQ(c.alpha, 4);
+    const auto layout = mm::training::apply_lora_plan(*model, c);
+    mm::training::load_peft_adapter(*model, dir + "/theirs");
+    at::NoGradGuard no_grad;
+    const at::Tensor ours = model->forward(ids_of(base));
+    EXPECT_LT(mm::test::rel_err(ours, mm::st::HFWeights(dir + "/theirs/logits.safetensors").get("logits")), 1e-4);
+  }
+
+  // merge-lora equals peft's merge_and_unload.
+  auto r = mm::test::run_command(mm::test::mm_binary() + " convert merge-lora --quiet --base " + base + " --adapter " +
+                                 dir + "/theirs --out " + dir + "/merged");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  run_peft("merge " + base + " " + dir + "/theirs " + dir + "/peft_merged");
+  mm::st::HFWeights mine(dir + "/merged"), peft(dir + "/peft_merged");
+  auto keys = peft.keys();
+  EXPECT_EQ(mine.keys().size(), keys.size());
+  double worst = 0;
+  for (const auto& k : keys) {
+    ASSERT_TRUE(mine.has(k)) << k;
+    worst = std::max(worst, (mine.get(k).to(at::kDouble) - peft.get(k).to(at::kDouble)).abs().max().item<double>());
+  }
+  EXPECT_LT(worst, 1e-6);
+  std::printf("merge-lora vs peft merge_and_unload: max abs difference %.3g\n", worst);
+
+  // Adapters mm cannot run are named errors.
+  fs::create_directories(dir + "/dora");
+  mm::test::write_file(dir + "/dora/adapter_config.json",
+                       R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "use_dora": true})");
+  try {
+    mm::training::read_peft_adapter_config(dir + "/dora");
+    ADD_FAILURE() << "DoRA accepted";
+  } catch (const mm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use_dora"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Lora, TargetsThatMatchNothingOrAreNotLinearAreConfigErrors) {
+  auto model = mm::models::model_registry().get("qwen2", "test")(tiny_qwen2(), "test", false);
+  mm::config::LoraConfig c;
+  c.target = {"q_proj", "nonexistent_proj"};
+  EXPECT_THROW(mm::training::apply_lora_plan(*model, c), mm::ConfigError);
+  c.target = {"model.layers.{*}.input_layernorm"};
+  try {
+    mm::training::apply_lora_plan(*model, c);
+    ADD_FAILURE() << "a norm accepted as a LoRA target";
+  } catch (const mm::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a Linear"), std::string::npos) << e.what();
+  }
+}
+
+// A LoRA run trains only the adapters (and saves only them), and every layout gives one process's
+// losses and adapters.
+TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
+  using namespace mm::test;
+  const std::string dir = fresh_dir("lora_train");
+  const std::string cfg = text_config(dir);
+  // lm_head trained whole too (modules_to_save): a frozen random head would learn nothing in 20 steps.
+  const std::string lora = " features.lora.target=[q_proj,v_proj,o_proj,up_proj,down_proj] features.lora.rank=4"
+                           " features.lora.alpha=16 features.lora.modules_to_save=[lm_head] training.optimizer.lr=0.01"
+                           " training.micro_batch_size=4";
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", lora + " training.export_dir=" + dir + "/one_adapter" +
+                                                             " training.save_dir=" + dir + "/one_save training.save_interval=20");
+  EXPECT_NE(one.output.find("plan: LoRA rank 4 alpha 16 on 10 Linear layers"), std::string::npos) << one.output;
+  // Only the adapters train, and only they are in the checkpoint and the export.
+  mm::st::HFWeights exported(dir + "/one_adapter");
+  EXPECT_EQ(exported.keys().size(), 21u);
+  for (const auto& k : exported.keys())
+    EXPECT_TRUE(k.rfind("base_model.model.model.layers.", 0) == 0 || k == "base_model.model.lm_head.weight") << k;
+  EXPECT_TRUE(fs::exists(dir + "/one_save/iter_0000020/adapter/adapter_config.json"));
+  mm::st::SafetensorsReader saved(dir + "/one_save/iter_0000020/model.safetensors");
+  EXPECT_EQ(saved.keys().size(), 21u);
+  struct Layout {
+    std::string name, overrides;
+    int ranks;
+  };
+  for (const Layout& l : {Layout{"DDP2", " parallel.data_parallel_replicate_size=2 training.micro_batch_size=2 "
+                                         "training.gradient_accumulation_steps=1", 2},
+                          Layout{"FSDP2", " parallel.data_parallel_shard_size=2 training.micro_batch_size=2", 2},
+                          Layout{"TP2", " parallel.tensor_parallel_size=2", 2}}) {
+    const std::string out = dir + "/" + l.name;
+    const TrainRun run = train(cfg, l.ranks, out + ".jsonl", lora + l.overrides + " training.export_dir=" + out);
+    expect_same_run(one, run, "LoRA, " + l.name);
+    expect_same_weights(dir + "/one_adapter", out, 1e-5, "LoRA adapters, " + l.name);
+  }
+}
