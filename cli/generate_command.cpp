@@ -13,12 +13,13 @@
 #include "mindspeed_mm/inference/eval.h"
 #include "mindspeed_mm/inference/generate.h"
 #include "mindspeed_mm/inference/model_loader.h"
+#include "mindspeed_mm/training/lora.h"
 
 namespace mm::cli {
 namespace {
 
 struct CommonArgs {
-  std::string model, config;
+  std::string model, config, adapter;
   std::vector<std::string> set;
   std::string device = "auto";
   inference::SamplingOptions sampling;
@@ -42,6 +43,7 @@ struct EvalArgs {
 void add_common(CLI::App* c, CommonArgs& a, int64_t default_new_tokens) {
   a.sampling.max_new_tokens = default_new_tokens;
   c->add_option("--model", a.model, "HF model directory, training checkpoint (save/iter_N) or save dir")->required();
+  c->add_option("--adapter", a.adapter, "a PEFT LoRA adapter directory run on the model without merging");
   c->add_option("--config", a.config, "YAML whose data section sets tokenizer, chat template and processor "
                                       "(default: the checkpoint's training config)");
   c->add_option("--device", a.device, "auto (a GPU when there is one), cpu, cuda or cuda:N");
@@ -67,6 +69,11 @@ Session open_session(const CommonArgs& a) {
   const at::Device device = resolve_device(a.device, 0, "--device");
   set_current_device(device);
   s.loaded = inference::load_model(a.model, device);
+  if (!a.adapter.empty()) {
+    const auto lora = training::attach_peft_adapter(*s.loaded.model, a.adapter);
+    std::fprintf(stderr, "adapter: %s (LoRA rank %lld on %zu layers)\n", a.adapter.c_str(),
+                 static_cast<long long>(lora.config.rank), lora.targets.size());
+  }
   s.data = inference::inference_data_config(s.loaded, a.config, a.set);
   s.encoder = std::make_unique<data::SampleEncoder>(data::mllm_tokenizer(s.data), data::encoder_options(s.data));
   return s;

@@ -21,6 +21,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/media/video_writer.h"
 #include "mindspeed_mm/inference/wan_pipeline.h"
+#include "mindspeed_mm/training/lora.h"
 
 namespace fs = std::filesystem;
 
@@ -28,7 +29,7 @@ namespace mm::cli {
 namespace {
 
 struct SampleArgs {
-  std::string model, prompt, prompts_file, out, device = "auto";
+  std::string model, prompt, prompts_file, out, device = "auto", adapter;
   inference::WanSampleOptions o;
   double fps = 16.0;
   int sheet_columns = 8;
@@ -81,6 +82,11 @@ int run_sample() {
   const at::Device device = resolve_device(args.device, 0, "--device");
   std::printf("sample: loading %s on %s\n", args.model.c_str(), describe_device(device).c_str());
   const inference::WanPipeline pipe = inference::load_wan_pipeline(args.model, device);
+  if (!args.adapter.empty()) {
+    const auto lora = training::attach_peft_adapter(*pipe.transformer, args.adapter);
+    std::printf("sample: adapter %s (LoRA rank %lld on %zu transformer layers)\n", args.adapter.c_str(),
+                static_cast<long long>(lora.config.rank), lora.targets.size());
+  }
   std::string manifest;
   std::vector<at::Tensor> all_frames;  // per video: sheet_thumbnails
   for (size_t k = 0; k < prompts.size(); ++k) {
@@ -129,6 +135,7 @@ void add_sample_command(CLI::App& app) {
   auto* c = app.add_subcommand("sample", "Text-to-video with a Wan2.1 pipeline directory: H.264 MP4 and a PNG contact sheet");
   c->add_option("--model", args.model, "Wan pipeline directory (diffusers layout: transformer/, vae/, text_encoder/, tokenizer/)")
       ->required();
+  c->add_option("--adapter", args.adapter, "a PEFT LoRA adapter of the transformer, run without merging");
   c->add_option("--prompt", args.prompt, "the text to render");
   c->add_option("--prompts", args.prompts_file, "a file of prompts, one per line (prompt k uses seed + k)");
   c->add_option("--negative-prompt", args.o.negative_prompt, "what guidance steers away from (default: empty)");

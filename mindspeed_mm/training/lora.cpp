@@ -279,4 +279,12 @@ void load_peft_adapter(models::Model& model, const std::string& dir,
   }
 }
 
+LoraLayout attach_peft_adapter(models::Model& model, const std::string& dir) {
+  const config::LoraConfig c = read_peft_adapter_config(dir);
+  LoraLayout layout = apply_lora_plan(model, c);
+  load_peft_adapter(model, dir);
+  for (auto& [name, p] : model.named_parameters()) p.requires_grad_(false);  // inference
+  return layout;
+}
+
 }  // namespace mm::training

@@ -78,4 +78,8 @@ config::LoraConfig read_peft_adapter_config(const std::string& dir);
 void load_peft_adapter(models::Model& model, const std::string& dir,
                        const std::function<void(at::Tensor& param, const at::Tensor& value)>& store = {});
 
+// A PEFT adapter directory run on a loaded model without merging (`--adapter` of mm generate,
+// eval and sample): its configuration applied as the plan, its tensors loaded. Returns the layout.
+LoraLayout attach_peft_adapter(models::Model& model, const std::string& dir);
+
 }  // namespace mm::training

@@ -12,6 +12,8 @@
 #include "dist_train_runs.h"
 #include "hf_reference.h"
 #include "mindspeed_mm/checkpoint/hf_weights.h"
+#include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/errors.h"
@@ -132,6 +134,44 @@ TEST(LoraConformance, PeftLoadsOursAndOursLoadsPeftsWithTheSameLogits) {
   }
 }
 
+// Qwen2-VL: transformers' current module paths (model.language_model.*, model.visual.*) are not its
+// checkpoint names (model.*, visual.*): an adapter peft makes on the vision tower and the language
+// model loads into mm (every key mapped) and gives peft's logits; written back, the same keys.
+TEST(LoraConformance, Qwen2VlAdapterKeysFollowTransformersModulePaths) {
+  const std::string dir = mm::test::fresh_dir("lora_vl");
+  const json text = {{"vocab_size", 160},       {"hidden_size", 64},        {"intermediate_size", 112},
+                     {"num_hidden_layers", 2},  {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                     {"initializer_range", 0.2}, {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {2, 3, 3}}}}};
+  const json vision = {{"depth", 2}, {"num_heads", 4}, {"patch_size", 4}, {"spatial_merge_size", 2},
+                       {"temporal_patch_size", 2}, {"in_chans", 3}, {"embed_dim", 32}, {"hidden_size", 64},
+                       {"mlp_ratio", 2}};
+  const json cfg = {{"model_type", "qwen2_vl"}, {"architectures", {"Qwen2VLForConditionalGeneration"}},
+                    {"text_config", text}, {"vision_config", vision}, {"image_token_id", 151}, {"video_token_id", 152},
+                    {"vision_start_token_id", 153}, {"vision_end_token_id", 154}, {"tie_word_embeddings", false}};
+  mm::test::run_hf("create " + dir + "/base '" + cfg.dump() + "' --seed 3");
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(4);
+  mm::st::save_safetensors(dir + "/base/inputs.safetensors",
+                           {{"input_ids", at::randint(150, {1, 9}, gen, at::TensorOptions().dtype(at::kLong))}});
+  run_peft("create " + dir + "/base " + dir + "/theirs '" +
+           json({{"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj", "qkv", "down_proj"}}}).dump() + "' --seed 2");
+  auto model = mm::test::load_hf_model(dir + "/base");
+  const auto layout = mm::training::attach_peft_adapter(*model, dir + "/theirs");
+  EXPECT_EQ(layout.targets.size(), 2u + 2u + 2u);  // q_proj and down_proj per text layer, qkv per vision block
+  at::NoGradGuard no_grad;
+  EXPECT_LT(mm::test::rel_err(model->forward(ids_of(dir + "/base")),
+                              mm::st::HFWeights(dir + "/theirs/logits.safetensors").get("logits")),
+            1e-4);
+  std::vector<std::pair<std::string, at::Tensor>> trained;
+  for (auto& [name, p] : model->named_parameters())
+    if (mm::training::LoraLayout::is_adapter(name)) trained.emplace_back(name, p);
+  mm::training::save_peft_adapter(dir + "/ours", mm::training::peft_adapter_config(*model, layout), *model, trained);
+  auto a = mm::st::SafetensorsReader(dir + "/theirs/adapter_model.safetensors").keys();
+  auto b = mm::st::SafetensorsReader(dir + "/ours/adapter_model.safetensors").keys();
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+}
+
 TEST(Lora, TargetsThatMatchNothingOrAreNotLinearAreConfigErrors) {
   auto model = mm::models::model_registry().get("qwen2", "test")(tiny_qwen2(), "test", false);
   mm::config::LoraConfig c;
@@ -167,6 +207,40 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
   EXPECT_TRUE(fs::exists(dir + "/one_save/iter_0000020/adapter/adapter_config.json"));
   mm::st::SafetensorsReader saved(dir + "/one_save/iter_0000020/model.safetensors");
   EXPECT_EQ(saved.keys().size(), 21u);
+  // A LoRA run from a pretrained base: `mm generate --adapter` on the base gives the tokens of the
+  // merged model (mm convert merge-lora), and the adapter continues training from where it was.
+  {
+    auto base = mm::models::model_registry().get("qwen2", "test")(
+        json{{"model_type", "qwen2"}, {"vocab_size", 260}, {"hidden_size", 48}, {"intermediate_size", 96},
+             {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+             {"tie_word_embeddings", false}},
+        "test", false);
+    base->init_weights(9);
+    mm::checkpoint::export_hf_directory(dir + "/base", base->hf_config(), *base);
+    const TrainRun tuned = train(cfg, 1, dir + "/tuned.jsonl", lora + " model.pretrained=" + dir + "/base training.export_dir=" +
+                                                                   dir + "/tuned_adapter training.train_iters=10");
+    auto r = run_command(mm_binary() + " convert merge-lora --quiet --base " + dir + "/base --adapter " + dir +
+                         "/tuned_adapter --out " + dir + "/merged");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string gen = " generate --prompt 'The quick' --max-new-tokens 12 --json";
+    auto with_adapter = run_command(mm_binary() + gen + " --model " + dir + "/base --adapter " + dir + "/tuned_adapter");
+    auto merged = run_command(mm_binary() + gen + " --model " + dir + "/merged");
+    auto plain = run_command(mm_binary() + gen + " --model " + dir + "/base");
+    ASSERT_EQ(with_adapter.exit_code, 0) << with_adapter.output;
+    ASSERT_EQ(merged.exit_code, 0) << merged.output;
+    auto tokens = [](const std::string& out) {
+      const auto at = out.find('{');
+      return at == std::string::npos ? json() : json::parse(out.substr(at))["tokens"];
+    };
+    EXPECT_EQ(tokens(with_adapter.output), tokens(merged.output)) << with_adapter.output << merged.output;
+    EXPECT_NE(tokens(plain.output), tokens(merged.output)) << "the adapter changed nothing";
+    // Continue from the adapter: the first loss is the last one of the run that made it.
+    const TrainRun more = train(cfg, 1, dir + "/more.jsonl", lora + " model.pretrained=" + dir + "/base" +
+                                                                " features.lora.adapter=" + dir + "/tuned_adapter training.train_iters=2");
+    ASSERT_FALSE(more.val_losses.empty());
+    ASSERT_FALSE(tuned.val_losses.empty());
+    EXPECT_NEAR(more.val_losses.front(), tuned.val_losses.back(), 1e-5 * tuned.val_losses.back());
+  }
   struct Layout {
     std::string name, overrides;
     int ranks;
