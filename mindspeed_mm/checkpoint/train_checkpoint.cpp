@@ -445,11 +445,18 @@ at::Tensor CheckpointReader::read_box(const std::string& kind, const std::string
           to = to.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
           if (!whole_read) mark = mark.narrow(static_cast<int64_t>(d), lo[d] - want_off[d], len);
         }
-        to.copy_(from);
+        // Copied 64 MiB of the block's rows at a time, each window's mapped pages given back
+        // once copied: a reader holds the result, not the result and the pieces' pages too.
+        const int64_t row = n / sizes[0], rows = hi[0] - lo[0];
+        const int64_t window = std::max<int64_t>(1, (64ll << 20) / std::max<int64_t>(1, row * static_cast<int64_t>(src.element_size())));
+        for (int64_t r = 0; r < rows; r += window) {
+          const int64_t k = std::min(window, rows - r);
+          to.narrow(0, r, k).copy_(from.narrow(0, r, k));
+          const at::Tensor done = src.narrow(0, consumed + (lo[0] - p_off[0] - off[0] + r) * row, k * row);
+          file(p.file).release(done.data_ptr(), static_cast<size_t>(done.nbytes()));
+        }
         if (whole_read) covered_count += volume;
         else mark.fill_(true);
-        const at::Tensor block = src.narrow(0, consumed, n);  // copied: its mapped pages go back
-        file(p.file).release(block.data_ptr(), static_cast<size_t>(block.nbytes()));
       }
       consumed += n;
     }
@@ -478,10 +485,10 @@ at::Tensor CheckpointReader::read(const std::string& kind, const std::string& na
     // 64 MiB windows, each one's mapped pages given back once copied: reading a tensor holds
     // the result, not the result and the file's pages too.
     const int64_t window = std::max<int64_t>(1, (64ll << 20) / static_cast<int64_t>(src.element_size()));
-    for (int64_t at = lo; at < hi; at += window) {
-      const int64_t n = std::min(window, hi - at);
-      const at::Tensor part = src.narrow(0, at - p.begin, n);
-      out.narrow(0, at - begin, n).copy_(part);
+    for (int64_t pos = lo; pos < hi; pos += window) {
+      const int64_t n = std::min(window, hi - pos);
+      const at::Tensor part = src.narrow(0, pos - p.begin, n);
+      out.narrow(0, pos - begin, n).copy_(part);
       f.release(part.data_ptr(), static_cast<size_t>(part.nbytes()));
     }
     covered += hi - lo;

@@ -29,7 +29,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // PEFT's target matching: a plain name matches a module path equal to it or ending with "." + it;
-// ours adds plan patterns ({*}, *, ?) matched against the whole path.
+// ours adds plan patterns ({*}, *, ?), matched the same way against the path's last segments
+// ("merger.mlp.{0,2}" matches visual.merger.mlp.0).
 struct Target {
   std::string text;
   bool pattern;
@@ -37,8 +38,10 @@ struct Target {
   explicit Target(const std::string& t)
       : text(t), pattern(t.find_first_of("*?{") != std::string::npos), compiled(t) {}
   bool matches(const std::string& path) const {
-    if (pattern) return compiled.matches(path);
-    return path == text || ends_with(path, "." + text);
+    if (!pattern) return path == text || ends_with(path, "." + text);
+    for (size_t from = 0; from != std::string::npos; from = path.find('.', from), from += from != std::string::npos)
+      if (compiled.matches(path.substr(from))) return true;
+    return false;
   }
 };
 

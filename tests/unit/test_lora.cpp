@@ -172,6 +172,16 @@ TEST(LoraConformance, Qwen2VlAdapterKeysFollowTransformersModulePaths) {
   EXPECT_EQ(a, b);
 }
 
+TEST(Lora, PatternTargetsMatchTheEndOfAPathAsNamesDo) {
+  auto model = mm::models::model_registry().get("qwen2", "test")(tiny_qwen2(), "test", false);
+  mm::config::LoraConfig c;
+  c.target = {"layers.{1}.self_attn.?_proj", "mlp.down_proj"};
+  const auto layout = mm::training::apply_lora_plan(*model, c);
+  EXPECT_EQ(layout.targets, (std::vector<std::string>{"model.layers.0.mlp.down_proj", "model.layers.1.self_attn.q_proj",
+                                                      "model.layers.1.self_attn.k_proj", "model.layers.1.self_attn.v_proj",
+                                                      "model.layers.1.self_attn.o_proj", "model.layers.1.mlp.down_proj"}));
+}
+
 TEST(Lora, TargetsThatMatchNothingOrAreNotLinearAreConfigErrors) {
   auto model = mm::models::model_registry().get("qwen2", "test")(tiny_qwen2(), "test", false);
   mm::config::LoraConfig c;
