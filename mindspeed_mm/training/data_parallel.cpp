@@ -264,6 +264,14 @@ at::Tensor DataParallelModel::whole_tp(const std::string& name, const at::Tensor
   return at::cat(parts, s.dim).reshape(s.full_shape);
 }
 
+std::vector<std::string> DataParallelModel::gather_order(std::map<std::string, at::Tensor>& params) const {
+  for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
+  if (fsdp_) return fsdp_->export_order();
+  std::vector<std::string> order;
+  for (auto& [name, p] : model_.named_parameters()) order.push_back(name);
+  return order;
+}
+
 void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& hf_config) {
   if (!fsdp_ && tp_.size == 1 && !pipeline_) {
     if (par_.is_main()) checkpoint::export_hf_directory(dir, hf_config, model_);
@@ -271,11 +279,7 @@ void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& 
   }
   // Streamed one tensor at a time (FSDP: unit by unit), so no rank holds the whole model.
   std::map<std::string, at::Tensor> params;
-  for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
-  std::vector<std::string> order;
-  if (fsdp_) order = fsdp_->export_order();
-  else
-    for (auto& [name, p] : model_.named_parameters()) order.push_back(name);
+  const std::vector<std::string> order = gather_order(params);
   if (par_.is_main()) {
     std::vector<st::TensorSpec> specs;
     for (const auto& name : order) specs.push_back({name, at::kFloat, mm::nn::full_shape(params.at(name))});
@@ -289,11 +293,7 @@ void DataParallelModel::export_hf(const std::string& dir, const nlohmann::json& 
 
 std::vector<std::pair<std::string, at::Tensor>> DataParallelModel::whole_parameters(const std::set<std::string>& names) {
   std::map<std::string, at::Tensor> params;
-  for (auto& [name, p] : model_.named_parameters()) params.emplace(name, p);
-  std::vector<std::string> order;
-  if (fsdp_) order = fsdp_->export_order();
-  else
-    for (auto& [name, p] : model_.named_parameters()) order.push_back(name);
+  const std::vector<std::string> order = gather_order(params);
   std::map<std::string, at::Tensor> got;
   for (const auto& name : order) {
     if (!names.count(name)) continue;

@@ -122,6 +122,9 @@ class DataParallelModel {
   bool writes(const std::string& name) const;
   // This rank's value of a parameter from its whole tensor, into FSDP's chunk or the parameter.
   bool store_full_value(const at::Tensor& param, const at::Tensor& value);
+  // Every parameter by name into params; the order whole parameters are gathered in (FSDP: unit
+  // by unit), the same on every rank.
+  std::vector<std::string> gather_order(std::map<std::string, at::Tensor>& params) const;
   // The whole tensor of a parameter on rank 0 (every rank calls it in the same order: FSDP and
   // tensor-parallel gathers); undefined elsewhere.
   at::Tensor whole_parameter(const std::string& name, const at::Tensor& param);
