@@ -24,6 +24,9 @@ LoadedModel load_model(const std::string& path, at::Device device) {
     MM_CHECK(!latest.empty(), "model: '", path, "' holds neither a config.json nor a training checkpoint (latest)");
     out.dir = latest;
   }
+  if (fs::exists(fs::path(out.dir) / "adapter" / "adapter_config.json"))
+    throw Error(cat("model: ", out.dir, " is a LoRA run's checkpoint, which holds only the adapters: use --model BASE_DIR "
+                    "--adapter ", (fs::path(out.dir) / "adapter").string(), " (or mm convert merge-lora)"));
   const nlohmann::json hf = checkpoint::read_hf_config(out.dir);
   MM_CHECK(hf.contains("model_type") && hf.at("model_type").is_string(), "model: ", out.dir,
            "/config.json has no model_type");

@@ -196,13 +196,25 @@ std::string parameter_of_peft_key(const models::Model& model, const std::string&
 nlohmann::json peft_adapter_config(const models::Model& model, const LoraLayout& layout, const std::string& base_model) {
   nlohmann::json saved = nullptr;
   if (!layout.config.modules_to_save.empty()) saved = layout.config.modules_to_save;
+  // PEFT reads each target_modules entry as a module-name suffix: plan patterns ({*}, *, ?) mean
+  // nothing to it, so a config that uses them lists the adapted modules' own paths instead.
+  nlohmann::json targets = layout.config.target;
+  bool patterns = false;
+  for (const auto& t : layout.config.target) patterns = patterns || t.find_first_of("*?{") != std::string::npos;
+  if (patterns) {
+    targets = nlohmann::json::array();
+    for (const auto& path : layout.targets) {
+      const std::string hf = model.hf_module_path(path + ".weight");
+      targets.push_back(hf.substr(0, hf.size() - 7));
+    }
+  }
   return {{"peft_type", "LORA"},
           {"task_type", nullptr},
           {"base_model_name_or_path", base_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(base_model)},
           {"r", layout.config.rank},
           {"lora_alpha", layout.config.alpha},
           {"lora_dropout", layout.config.dropout},
-          {"target_modules", layout.config.target},
+          {"target_modules", targets},
           {"modules_to_save", saved},
           {"bias", "none"},
           {"fan_in_fan_out", false},

@@ -180,6 +180,8 @@ TEST(Lora, PatternTargetsMatchTheEndOfAPathAsNamesDo) {
   EXPECT_EQ(layout.targets, (std::vector<std::string>{"model.layers.0.mlp.down_proj", "model.layers.1.self_attn.q_proj",
                                                       "model.layers.1.self_attn.k_proj", "model.layers.1.self_attn.v_proj",
                                                       "model.layers.1.self_attn.o_proj", "model.layers.1.mlp.down_proj"}));
+  // PEFT matches target_modules by suffix only: patterns are written out as the modules' paths.
+  EXPECT_EQ(mm::training::peft_adapter_config(*model, layout)["target_modules"], json(layout.targets));
 }
 
 TEST(Lora, TargetsThatMatchNothingOrAreNotLinearAreConfigErrors) {
@@ -215,6 +217,9 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
   for (const auto& k : exported.keys())
     EXPECT_TRUE(k.rfind("base_model.model.model.layers.", 0) == 0 || k == "base_model.model.lm_head.weight") << k;
   EXPECT_TRUE(fs::exists(dir + "/one_save/iter_0000020/adapter/adapter_config.json"));
+  auto r = run_command(mm_binary() + " generate --prompt x --model " + dir + "/one_save");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds only the adapters: use --model BASE_DIR --adapter"), std::string::npos) << r.output;
   mm::st::SafetensorsReader saved(dir + "/one_save/iter_0000020/model.safetensors");
   EXPECT_EQ(saved.keys().size(), 21u);
   // A LoRA run from a pretrained base: `mm generate --adapter` on the base gives the tokens of the
@@ -229,7 +234,7 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
     mm::checkpoint::export_hf_directory(dir + "/base", base->hf_config(), *base);
     const TrainRun tuned = train(cfg, 1, dir + "/tuned.jsonl", lora + " model.pretrained=" + dir + "/base training.export_dir=" +
                                                                    dir + "/tuned_adapter training.train_iters=10");
-    auto r = run_command(mm_binary() + " convert merge-lora --quiet --base " + dir + "/base --adapter " + dir +
+    r = run_command(mm_binary() + " convert merge-lora --quiet --base " + dir + "/base --adapter " + dir +
                          "/tuned_adapter --out " + dir + "/merged");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string gen = " generate --prompt 'The quick' --max-new-tokens 12 --json";
