@@ -14,6 +14,7 @@
 #include "mindspeed_mm/checkpoint/hf_weights.h"
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/models/model_registry.h"
+#include "mindspeed_mm/models/wan/wan_dit.h"
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/errors.h"
@@ -269,4 +270,50 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
     expect_same_run(one, run, "LoRA, " + l.name);
     expect_same_weights(dir + "/one_adapter", out, 1e-5, "LoRA adapters, " + l.name);
   }
+}
+
+// LoRA on the Wan DiT (diffusers' module names: to_q, to_v, the FFN's first projection): the
+// adapted transformer predicts what the same transformer with W + (alpha / r) B A merged into
+// each targeted weight predicts, and only the adapters take gradients.
+TEST(Lora, WanDiTAdaptersEqualMergedWeights) {
+  const json cfg = {{"_class_name", "WanTransformer3DModel"}, {"patch_size", {1, 2, 2}}, {"num_attention_heads", 2},
+                    {"attention_head_dim", 12}, {"in_channels", 4}, {"out_channels", 4}, {"text_dim", 16},
+                    {"freq_dim", 16}, {"ffn_dim", 32}, {"num_layers", 2}, {"rope_max_seq_len", 32}};
+  auto make = [&] {
+    auto m = mm::models::model_registry().get("wan_dit", "test")(cfg, "test", false);
+    m->init_weights(3);
+    mm::test::perturb_norms_and_biases(*m, 3);
+    return std::static_pointer_cast<mm::models::WanTransformer3DModel>(m);
+  };
+  auto adapted = make(), merged = make();
+  mm::config::LoraConfig c;
+  c.target = {"to_q", "attn2.to_v", "ffn.net.0.proj"};
+  c.rank = 4;
+  c.alpha = 6;
+  const auto layout = mm::training::apply_lora_plan(*adapted, c);
+  EXPECT_EQ(layout.targets.size(), 2u * (2 + 1 + 1));  // per block: attn1.to_q, attn2.to_q, attn2.to_v, ffn
+  mm::training::init_lora_weights(*adapted, layout, 5);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(8);
+  std::map<std::string, at::Tensor> params;
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [name, p] : adapted->named_parameters()) {
+      if (name.find("lora_B") != std::string::npos) p.normal_(0, 0.3, gen);
+      params.emplace(name, p);
+    }
+    for (auto& [name, p] : merged->named_parameters()) {
+      const std::string module = name.substr(0, name.size() - 7);
+      if (params.count(module + ".lora_A.weight"))
+        p.add_(at::matmul(params.at(module + ".lora_B.weight"), params.at(module + ".lora_A.weight")) * layout.scaling);
+    }
+  }
+  at::Generator g2 = at::make_generator<at::CPUGeneratorImpl>(9);
+  const at::Tensor latents = at::randn({1, 4, 2, 4, 4}, g2), text = at::randn({1, 5, 16}, g2);
+  const at::Tensor t = at::tensor({500.0f});
+  const at::Tensor want = merged->forward(latents, t, text).detach();
+  const at::Tensor got = adapted->forward(latents, t, text);
+  EXPECT_LT(mm::test::rel_err(got.detach(), want), 1e-5);
+  got.square().sum().backward();
+  for (auto& [name, p] : adapted->named_parameters())
+    EXPECT_EQ(p.grad().defined(), mm::training::LoraLayout::is_adapter(name)) << name;
 }
