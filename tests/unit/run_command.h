@@ -1,6 +1,9 @@
 // Runs a shell command for end-to-end tests: exit code and combined output.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,8 +39,27 @@ inline CommandResult run_command(const std::string& cmd) {
 
 inline std::string mm_binary() { return MM_BINARY; }
 
-// A loopback port for a test's TCPStore, spread by pid so parallel test processes rarely collide.
-inline int free_port() { return 20000 + static_cast<int>(getpid() % 20000) + std::rand() % 1000; }
+// A loopback port for a test's TCPStore: one the kernel just handed out as free (bound to port 0
+// and closed), so concurrent tests do not pick the same one (a fixed pid-based choice collided in
+// CI: EADDRINUSE). The pid-based choice remains the fallback.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      const int port = ntohs(addr.sin_port);
+      ::close(fd);
+      return port;
+    }
+    ::close(fd);
+  }
+  return 20000 + static_cast<int>(getpid() % 20000) + std::rand() % 1000;
+}
 
 // `mm launch` of n ranks on a fresh port; a long grace period lets the surviving ranks report
 // their own error before the launcher stops them.
