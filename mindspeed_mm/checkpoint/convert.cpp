@@ -17,6 +17,7 @@
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/models/model_registry.h"
 #include "mindspeed_mm/training/pipeline.h"
@@ -170,10 +171,6 @@ class ProgressBar {
   double last_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Files of an HF directory that are neither weights nor config.json nor a checkpoint's own: the
 // tokenizer, processor, chat template and generation config, which travel with the weights.

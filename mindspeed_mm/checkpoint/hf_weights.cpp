@@ -17,6 +17,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/core/file_io.h"
 
 namespace mm::st {
@@ -32,9 +33,6 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
   throw Error(cat("hf weights: ", where, ": ", msg));
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool is_file(const fs::path& p) {
   std::error_code ec;
@@ -254,14 +252,16 @@ void save_torch_state_dict(const std::string& path, const std::vector<TensorSpec
   // a plain dict whose tensors are torch._utils._rebuild_tensor_v2 over persistent storages
   // ('storage', torch.FloatStorage, key, 'cpu', numel), and archive/data/<key> per storage.
   // No type tags, so torch.load(weights_only=True) reads it. The pickle needs only each tensor's
-  // dtype and shape: it is made from placeholders over no memory (never read), and the data is
+  // dtype and shape: it is made from stand-ins that hold no data (never read), and the data is
   // fetched tensor by tensor while the records are written.
   c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
   std::set<std::string> seen;
-  static char placeholder alignas(64)[64];
+  // The pickler reads only a tensor's dtype, shape and storage size: a CPU tensor over this
+  // address stands for each (from_blob allocates nothing and nobody dereferences it).
+  alignas(64) static char kNoData[64];
   for (const auto& spec : specs) {
     if (!seen.insert(spec.name).second) fail(path, cat("duplicate tensor name \"", spec.name, "\""));
-    dict.insert(spec.name, at::from_blob(placeholder, spec.shape, [](void*) {}, at::TensorOptions().dtype(spec.dtype)));
+    dict.insert(spec.name, at::from_blob(kNoData, spec.shape, [](void*) {}, at::TensorOptions().dtype(spec.dtype)));
   }
   std::vector<char> pkl;
   int64_t next_key = 0;

@@ -11,6 +11,7 @@
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/core/param_init.h"
 #include "mindspeed_mm/core/pattern.h"
@@ -23,10 +24,6 @@ namespace mm::training {
 namespace {
 
 constexpr const char* kPeftPrefix = "base_model.model.";
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // PEFT's target matching: a plain name matches a module path equal to it or ending with "." + it;
 // ours adds plan patterns ({*}, *, ?), matched the same way against the path's last segments
