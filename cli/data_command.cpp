@@ -222,6 +222,11 @@ void add_data_command(CLI::App& app) {
   fm->add_option("--max-train", args.fmnist.max_train, "write at most N training images (0 = all 60000)");
   fm->add_option("--max-test", args.fmnist.max_test, "write at most N test images (0 = all 10000)");
   fm->add_option("--threads", args.fmnist.threads, "PNG encoding threads (0 = all cores)");
+  fm->add_option("--question", args.fmnist.question, "the user's question of every sample");
+  fm->add_option("--answers", args.fmnist.answers, "the 10 answers by label, comma-separated (default: the class names)")
+      ->delimiter(',');
+  fm->add_option("--jsonl-prefix", args.fmnist.jsonl_prefix,
+                 "prefix of the JSONL names (PREFIXtrain.jsonl): a second task on the same images");
   register_action(fm, run_fashion_mnist);
 
   auto* in = c->add_subcommand("inspect", "Counts, token-length histogram, image sizes and bad samples of an mllm file");

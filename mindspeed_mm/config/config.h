@@ -248,6 +248,9 @@ struct LoraConfig {
   double dropout = 0;                        // on the adapter's input, in training
   std::vector<std::string> modules_to_save;  // modules trained whole beside the adapters (lm_head)
   std::string adapter;                       // a PEFT adapter directory to start from (continue training)
+  // The frozen base's storage: bf16 halves its memory (needs training.precision: bf16; adapters
+  // and modules_to_save stay fp32, their optimizer too).
+  std::string base_dtype = "fp32";
   bool enabled() const { return !target.empty(); }
   template <class IO> void io(IO& io) {
     io("target", target);
@@ -256,6 +259,7 @@ struct LoraConfig {
     io("dropout", dropout, in_range(0.0, 0.999));
     io("modules_to_save", modules_to_save);
     io("adapter", adapter);
+    io("base_dtype", base_dtype, one_of({"fp32", "bf16"}));
   }
 };
 

@@ -151,8 +151,9 @@ void write_pngs(const Split& s, const fs::path& out_dir, int threads) {
 }
 
 // Returns the JSONL's path. Key order is part of the format, hence ordered_json.
-std::string write_jsonl(const Split& s, const fs::path& out_dir, const std::string& question) {
-  std::string path = (out_dir / (s.name + ".jsonl")).string();
+std::string write_jsonl(const Split& s, const fs::path& out_dir, const FashionMnistOptions& options) {
+  const std::vector<std::string>& answers = options.answers.empty() ? fashion_mnist_classes() : options.answers;
+  std::string path = (out_dir / (options.jsonl_prefix + s.name + ".jsonl")).string();
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -163,9 +164,9 @@ std::string write_jsonl(const Split& s, const fs::path& out_dir, const std::stri
       line["id"] = s.name + "-" + idx;
       nlohmann::ordered_json user, assistant;
       user["role"] = "user";
-      user["content"] = "<image>" + question;
+      user["content"] = "<image>" + options.question;
       assistant["role"] = "assistant";
-      assistant["content"] = fashion_mnist_classes()[s.labels[i]];
+      assistant["content"] = answers[s.labels[i]];
       line["messages"] = nlohmann::ordered_json::array({user, assistant});
       line["images"] = nlohmann::ordered_json::array({"images/" + s.name + "/" + idx + ".png"});
       line["label"] = static_cast<int>(s.labels[i]);
@@ -230,6 +231,21 @@ FashionMnistSummary write_fashion_mnist(const FashionMnistOptions& options) {
   } catch (const nlohmann::json::exception&) {
     throw ConfigError("fashion-mnist: the question is not valid UTF-8");
   }
+  if (!options.answers.empty()) {
+    if (options.answers.size() != fashion_mnist_classes().size())
+      throw ConfigError(cat("fashion-mnist: --answers needs 10 names, one per label (got ", options.answers.size(), ")"));
+    for (size_t i = 0; i < options.answers.size(); ++i) {
+      bool valid = !options.answers[i].empty();
+      try {
+        (void)nlohmann::json(options.answers[i]).dump();
+      } catch (const nlohmann::json::exception&) {
+        valid = false;
+      }
+      if (!valid) throw ConfigError(cat("fashion-mnist: answer ", i, " (", fashion_mnist_classes()[i], ") is empty or not UTF-8"));
+    }
+  }
+  if (options.jsonl_prefix.find_first_of("/\\") != std::string::npos)
+    throw ConfigError(cat("fashion-mnist: the JSONL prefix '", options.jsonl_prefix, "' must be a file name prefix, not a path"));
 
   // Validate every input before writing anything.
   Split train = read_split(options.source_dir, "train", "train", options.max_train);
@@ -245,8 +261,8 @@ FashionMnistSummary write_fashion_mnist(const FashionMnistOptions& options) {
   FashionMnistSummary summary;
   summary.train = train.count;
   summary.test = test.count;
-  summary.train_jsonl = write_jsonl(train, out, options.question);
-  summary.test_jsonl = write_jsonl(test, out, options.question);
+  summary.train_jsonl = write_jsonl(train, out, options);
+  summary.test_jsonl = write_jsonl(test, out, options);
   return summary;
 }
 

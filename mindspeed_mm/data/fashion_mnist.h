@@ -28,6 +28,12 @@ struct FashionMnistOptions {
   std::string out_dir;
   int64_t max_train = 0, max_test = 0;  // 0 = all (60000 / 10000); more than there are = all
   std::string question = "What is shown in this picture?";
+  // The answers by label (10 names; empty = fashion_mnist_classes()), e.g. another language's
+  // names for a second task on the same images.
+  std::vector<std::string> answers;
+  // Prepended to the JSONL names (PREFIXtrain.jsonl, PREFIXtest.jsonl): a second task beside the
+  // first in the same folder, sharing its images (rewritten with the same bytes).
+  std::string jsonl_prefix;
   int threads = 1;  // PNG encoding threads (0: one per hardware thread); output is identical
 };
 
@@ -38,7 +44,8 @@ struct FashionMnistSummary {
 
 // mm::Error naming the file for a missing, truncated or corrupt input, a wrong magic number or
 // image size, a label outside 0-9, or image and label files whose counts differ;
-// mm::ConfigError for bad options (empty out_dir, negative counts).
+// mm::ConfigError for bad options (empty out_dir, negative counts, answers that are not 10
+// non-empty UTF-8 names, a prefix with a path separator).
 FashionMnistSummary write_fashion_mnist(const FashionMnistOptions& options);
 
 // The ten class names of Fashion-MNIST's README, indexed by label: "T-shirt/top", "Trouser", ...

@@ -310,13 +310,15 @@ std::vector<std::pair<std::string, at::Tensor>> DataParallelModel::whole_paramet
 
 TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
   TrainMemory m;
-  int64_t full = 0, trainable_full = 0, updated = 0;
-  int64_t local = 0;
+  int64_t full_bytes = 0, trainable_full = 0, updated = 0;
+  int64_t local_bytes = 0;
   for (auto& [name, p] : model_.named_parameters()) {
     int64_t whole = 1;
     for (int64_t d : mm::nn::full_shape(p)) whole *= d;
-    full += whole;
-    local += p.numel();
+    // Bytes as stored (a LoRA base may be bf16); trainable parameters are fp32.
+    const auto bytes = static_cast<int64_t>(p.element_size());
+    full_bytes += whole * bytes;
+    local_bytes += p.numel() * bytes;
     if (p.requires_grad() || (pipeline_ && pipeline_->trainable.count(name))) trainable_full += whole;
     if (!fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
   }
@@ -326,14 +328,14 @@ TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
       // FSDP's chunk gradients are the only ones; ZeRO-1's are views of the full ones.
       if (fsdp_ && p.grad().defined()) m.grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
     }
-  m.params = fsdp_ ? fsdp_->shard_bytes() : local * 4 + (zero1_ ? zero1_->shard_bytes() : 0);
+  m.params = fsdp_ ? fsdp_->shard_bytes() : local_bytes + (zero1_ ? zero1_->shard_bytes() : 0);
   for (auto& [name, t] : optimizer.state())
     if (t.dim() > 0) m.optimizer += t.numel() * static_cast<int64_t>(t.element_size());
   // One process: every parameter, a gradient per trainable one, and optimizer state that scales
   // with the elements it updates (AdamW: two per element).
   const double per_element = updated > 0 ? static_cast<double>(m.optimizer) / updated : 0;
   m.optimizer_one_process = static_cast<int64_t>(per_element * trainable_full + 0.5);
-  m.one_process = full * 4 + trainable_full * 4 + m.optimizer_one_process;
+  m.one_process = full_bytes + trainable_full * 4 + m.optimizer_one_process;
   return m;
 }
 

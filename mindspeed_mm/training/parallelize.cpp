@@ -61,6 +61,14 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
     if (cfg.parallel.sequence_parallel)
       throw ConfigError("config: features.lora with parallel.sequence_parallel is not built yet (LoRA works with "
                         "DDP, FSDP and tensor parallelism)");
+    if (cfg.features.lora.base_dtype == "bf16") {
+      if (cfg.training.precision != "bf16")
+        throw ConfigError("config: features.lora.base_dtype: bf16 needs training.precision: bf16 (the frozen bf16 "
+                          "weights meet the fp32 adapters under bf16 autocast)");
+      if (mesh.shape().dp_shard > 1)
+        throw ConfigError("config: features.lora.base_dtype: bf16 with FSDP (data_parallel_shard_size > 1) is not built "
+                          "yet: FSDP already holds 1/N of the base; use parallel.fsdp.param_dtype: bf16 to gather it in bf16");
+    }
     lora = apply_lora_plan(model, cfg.features.lora);
     if (!deferred) {
       init_lora_weights(model, lora, seed);
@@ -132,6 +140,18 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
     if (lora.enabled() && !cfg.features.lora.adapter.empty())
       load_peft_adapter(model, cfg.features.lora.adapter, dp->weight_store());
     dp->weights_changed();
+  }
+  // The frozen base in bf16 (features.lora.base_dtype): cast once its values are loaded; the
+  // adapters and modules_to_save keep their fp32 values for the optimizer.
+  if (lora.enabled() && cfg.features.lora.base_dtype == "bf16") {
+    at::NoGradGuard no_grad;
+    int64_t cast = 0;
+    for (auto& [name, p] : model.named_parameters())
+      if (!lora.trainable.count(name) && p.is_floating_point() && p.scalar_type() != at::kBFloat16) {
+        p.set_data(p.to(at::kBFloat16));
+        ++cast;
+      }
+    log::info("plan: LoRA base held in bf16 (", cast, " frozen parameter tensors)");
   }
   // 5. recompute
   if (!cfg.features.recompute.empty())

@@ -235,3 +235,56 @@ TEST(FashionMnist, BadInputsNameTheFile) {
   bad_question.question = "what is \xff?";
   EXPECT_THROW(write_fashion_mnist(bad_question), mm::ConfigError);
 }
+
+// A second task on the same images (the LoRA example's German names): its own question and
+// answers, JSONL under a prefix beside the first task's, images unchanged.
+TEST(FashionMnist, SecondTaskAnswersAndPrefix) {
+  SKIP_WITHOUT_DATA();
+  std::string out = fresh_dir("fashion_mnist_second_task");
+  write_subset(out, 1);
+  const auto before = snapshot(out);
+  FashionMnistOptions o;
+  o.source_dir = kSource;
+  o.out_dir = out;
+  o.max_train = 200;
+  o.max_test = 100;
+  o.question = "Was ist auf diesem Bild?";
+  o.answers = {"T-Shirt", "Hose", "Pullover", "Kleid", "Mantel", "Sandale", "Hemd", "Turnschuh", "Tasche", "Stiefelette"};
+  o.jsonl_prefix = "de_";
+  FashionMnistSummary s = write_fashion_mnist(o);
+  EXPECT_EQ(s.train_jsonl, out + "/de_train.jsonl");
+  EXPECT_EQ(s.test_jsonl, out + "/de_test.jsonl");
+  auto train = lines_of(s.train_jsonl);
+  ASSERT_EQ(train.size(), 200u);
+  EXPECT_EQ(train[0],
+            R"({"id":"train-00000","messages":[{"role":"user","content":"<image>Was ist auf diesem Bild?"},)"
+            R"({"role":"assistant","content":"Stiefelette"}],"images":["images/train/00000.png"],"label":9})");
+  for (const auto& line : train) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["messages"][1]["content"], o.answers.at(j["label"].get<int>()));
+  }
+  // The first task's files (JSONL and images) are as they were.
+  auto after = snapshot(out);
+  for (const auto& [name, bytes] : before) EXPECT_EQ(after.at(name), bytes) << name;
+  EXPECT_EQ(after.size(), before.size() + 2);
+
+  FashionMnistOptions nine = o;
+  nine.answers.pop_back();
+  try {
+    write_fashion_mnist(nine);
+    ADD_FAILURE() << "9 answers accepted";
+  } catch (const mm::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--answers needs 10 names"), std::string::npos) << e.what();
+  }
+  FashionMnistOptions empty_answer = o;
+  empty_answer.answers[3] = "";
+  try {
+    write_fashion_mnist(empty_answer);
+    ADD_FAILURE() << "an empty answer accepted";
+  } catch (const mm::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("answer 3 (Dress)"), std::string::npos) << e.what();
+  }
+  FashionMnistOptions path_prefix = o;
+  path_prefix.jsonl_prefix = "../de_";
+  EXPECT_THROW(write_fashion_mnist(path_prefix), mm::ConfigError);
+}

@@ -272,6 +272,58 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
   }
 }
 
+// A frozen base in bf16 (features.lora.base_dtype: bf16, under bf16 autocast): the base's bytes
+// halve, the adapters stay fp32 and train to the losses of the fp32 base within bf16's rounding,
+// TP2 gives one process's run, and the layouts it cannot serve are one-line config errors.
+TEST(LoraTrain, Bf16BaseHalvesTheBaseAndTracksTheFp32Base) {
+  using namespace mm::test;
+  const std::string dir = fresh_dir("lora_bf16_base");
+  const std::string cfg = text_config(dir);
+  const std::string lora = " features.lora.target=[q_proj,v_proj,o_proj,up_proj,down_proj] features.lora.rank=4"
+                           " features.lora.alpha=16 features.lora.modules_to_save=[lm_head] training.optimizer.lr=0.01"
+                           " training.micro_batch_size=4 training.precision=bf16";
+  const TrainRun fp32 = train(cfg, 1, dir + "/fp32.jsonl", lora + " training.export_dir=" + dir + "/fp32_adapter");
+  const TrainRun bf16 = train(cfg, 1, dir + "/bf16.jsonl", lora + " features.lora.base_dtype=bf16 training.export_dir=" +
+                                                              dir + "/bf16_adapter");
+  EXPECT_NE(bf16.output.find("plan: LoRA base held in bf16 ("), std::string::npos) << bf16.output;
+  ASSERT_EQ(fp32.losses.size(), 20u) << fp32.output;
+  ASSERT_EQ(bf16.losses.size(), 20u) << bf16.output;
+  double worst = 0;
+  for (auto& [it, l] : fp32.losses) worst = std::max(worst, std::abs(bf16.losses.at(it) - l) / l);
+  EXPECT_LT(worst, 2e-2) << "bf16 base against fp32 base";
+  EXPECT_LT(bf16.losses.rbegin()->second, 0.8 * bf16.losses.begin()->second) << "the adapters did not learn";
+  // Parameter bytes: the frozen base (embeddings, norms, every base weight) at 2 bytes, the
+  // adapters and lm_head at 4; gradients and optimizer state unchanged.
+  auto params_mib = [](const std::string& out) {
+    const auto at = out.find("memory per rank: parameters ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 28));
+  };
+  const double p32 = params_mib(fp32.output), p16 = params_mib(bf16.output);
+  mm::st::HFWeights adapter(dir + "/bf16_adapter");
+  double trainable = 0;
+  for (const auto& k : adapter.keys()) {
+    EXPECT_EQ(adapter.get(k).scalar_type(), at::kFloat) << k;
+    trainable += adapter.get(k).numel() * 4.0 / (1 << 20);
+  }
+  EXPECT_NEAR(p16, trainable + (p32 - trainable) / 2, 0.02) << "fp32 " << p32 << " MiB, bf16 base " << p16 << " MiB";
+  std::printf("LoRA bf16 base: parameters %.2f MiB (fp32 base %.2f MiB), max relative loss difference %.2e\n", p16, p32,
+              worst);
+  // Tensor parallelism splits the bf16 base as it does the fp32 one.
+  const TrainRun tp = train(cfg, 2, dir + "/tp2.jsonl", lora + " features.lora.base_dtype=bf16 parallel.tensor_parallel_size=2");
+  ASSERT_EQ(tp.losses.size(), 20u) << tp.output;
+  double tp_worst = 0;
+  for (auto& [it, l] : bf16.losses) tp_worst = std::max(tp_worst, std::abs(tp.losses.at(it) - l) / l);
+  EXPECT_LT(tp_worst, 2e-2) << "TP2 bf16 base against one process";
+
+  auto r = run_command(mm_binary() + " train " + cfg + lora + " features.lora.base_dtype=bf16 training.precision=fp32");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("features.lora.base_dtype: bf16 needs training.precision: bf16"), std::string::npos) << r.output;
+  r = run_command(mm_launch(2) + mm_binary() + " train " + cfg + lora +
+                  " features.lora.base_dtype=bf16 parallel.data_parallel_shard_size=2 training.micro_batch_size=2");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("use parallel.fsdp.param_dtype: bf16"), std::string::npos) << r.output;
+}
+
 // LoRA on the Wan DiT (diffusers' module names: to_q, to_v, the FFN's first projection): the
 // adapted transformer predicts what the same transformer with W + (alpha / r) B A merged into
 // each targeted weight predicts, and only the adapters take gradients.
