@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 export OMP_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: deps build quickstart quickstart-text quickstart-video test bench clean
+.PHONY: deps build quickstart quickstart-text quickstart-video quickstart-lora test bench clean
 
 deps:
 	@bash scripts/install_deps.sh
@@ -25,6 +25,9 @@ quickstart-text: build
 
 quickstart-video: build
 	bash examples/wan2.1/quickstart.sh $(BUILD)/mm
+
+quickstart-lora: build
+	bash examples/qwen2vl/lora.sh $(BUILD)/mm
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

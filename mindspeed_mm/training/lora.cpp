@@ -63,14 +63,18 @@ LoraLayout apply_lora_plan(models::Model& model, const config::LoraConfig& c) {
   std::vector<std::pair<std::string, models::Linear*>> adapt;
   std::vector<std::pair<std::string, mm::nn::Module*>> save;
   for_each_module(model, [&](const std::string& path, mm::nn::Module& m) {
+    // A target may name our path or transformers' (an adapter_config.json written for the HF
+    // model lists "model.language_model.layers.0.self_attn.q_proj" for our "model.layers.0...").
+    const std::string hf = model.hf_module_path(path);
+    auto matches = [&](const Target& t) { return t.matches(path) || (hf != path && t.matches(hf)); };
     for (size_t i = 0; i < saved.size(); ++i)
-      if (saved[i].matches(path)) {
+      if (matches(saved[i])) {
         used_saved[i] = true;
         save.emplace_back(path, &m);
         return;
       }
     for (size_t i = 0; i < targets.size(); ++i) {
-      if (!targets[i].matches(path)) continue;
+      if (!matches(targets[i])) continue;
       auto* lin = dynamic_cast<models::Linear*>(&m);
       if (!lin)
         throw ConfigError(cat("config: features.lora.target '", targets[i].text, "' matches ", path, ", a ",

@@ -171,6 +171,20 @@ TEST(LoraConformance, Qwen2VlAdapterKeysFollowTransformersModulePaths) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   EXPECT_EQ(a, b);
+
+  // Targets as transformers' full module paths (what our adapter_config.json lists when the
+  // config used plan patterns): they name our modules too.
+  run_peft("create " + dir + "/base " + dir + "/paths '" +
+           json({{"r", 4}, {"lora_alpha", 8},
+                 {"target_modules", {"model.language_model.layers.1.self_attn.q_proj", "model.visual.blocks.0.attn.qkv"}}})
+               .dump() +
+           "' --seed 5");
+  auto fresh = mm::test::load_hf_model(dir + "/base");
+  const auto by_path = mm::training::attach_peft_adapter(*fresh, dir + "/paths");
+  EXPECT_EQ(by_path.targets, (std::vector<std::string>{"model.layers.1.self_attn.q_proj", "visual.blocks.0.attn.qkv"}));
+  EXPECT_LT(mm::test::rel_err(fresh->forward(ids_of(dir + "/base")),
+                              mm::st::HFWeights(dir + "/paths/logits.safetensors").get("logits")),
+            1e-4);
 }
 
 TEST(Lora, PatternTargetsMatchTheEndOfAPathAsNamesDo) {
@@ -270,6 +284,42 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
     expect_same_run(one, run, "LoRA, " + l.name);
     expect_same_weights(dir + "/one_adapter", out, 1e-5, "LoRA adapters, " + l.name);
   }
+}
+
+// `mm eval --adapter` on a vision-language base: the adapter of a LoRA run whose targets were plan
+// patterns (so adapter_config.json lists transformers' module paths) scores what the merged model
+// scores, and differently from the base alone.
+TEST(LoraTrain, EvalWithTheAdapterEqualsTheMergedModel) {
+  using namespace mm::test;
+  const std::string dir = fresh_dir("lora_eval");
+  const std::string cfg = vl_config(dir, 24);
+  train(cfg, 1, dir + "/base.jsonl", "training.train_iters=10 training.export_dir=" + dir + "/base");
+  const TrainRun lora = train(cfg, 1, dir + "/lora.jsonl",
+                              "training.train_iters=10 model.pretrained=" + dir + "/base features.lora.target=[q_proj,qkv,"
+                              "'merger.mlp.{0,2}'] features.lora.rank=4 features.lora.alpha=8 training.optimizer.lr=0.05 "
+                              "training.export_dir=" + dir + "/adapter");
+  EXPECT_NE(lora.output.find("plan: LoRA rank 4 alpha 8 on 6 Linear layers"), std::string::npos) << lora.output;
+  const json targets = json::parse(read_file(dir + "/adapter/adapter_config.json"))["target_modules"];
+  EXPECT_NE(std::find(targets.begin(), targets.end(), "model.visual.merger.mlp.0"), targets.end()) << targets;
+  auto r = run_command(mm_binary() + " convert merge-lora --quiet --base " + dir + "/base --adapter " + dir +
+                       "/adapter --out " + dir + "/merged");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto eval = [&](const std::string& model, const std::string& extra, const std::string& report) {
+    auto e = run_command(mm_binary() + " eval --model " + model + " --config " + cfg + " --data " + dir +
+                         "/train.jsonl --max-new-tokens 6 --keep-predictions -1 --report " + dir + "/" + report + extra);
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+    return json::parse(read_file(dir + "/" + report));
+  };
+  const json adapted = eval(dir + "/base", " --adapter " + dir + "/adapter", "adapter.json");
+  const json merged = eval(dir + "/merged", "", "merged.json");
+  const json plain = eval(dir + "/base", "", "plain.json");
+  const double a = adapted["loss"]["mean"], m = merged["loss"]["mean"], p = plain["loss"]["mean"];
+  EXPECT_NEAR(a, m, 1e-5 * m);
+  EXPECT_GT(std::abs(a - p), 1e-3 * p) << "the adapter changed nothing";
+  ASSERT_EQ(adapted["predictions"].size(), 24u);
+  for (size_t i = 0; i < 24; ++i)
+    EXPECT_EQ(adapted["predictions"][i]["prediction"], merged["predictions"][i]["prediction"]) << i;
+  std::printf("mm eval --adapter: loss %.6f, merged %.6f, base alone %.6f\n", a, m, p);
 }
 
 // A frozen base in bf16 (features.lora.base_dtype: bf16, under bf16 autocast): the base's bytes
