@@ -46,6 +46,7 @@ PY_PACKAGES=(
   transformers==5.25.0   # the test references (tests/conformance/hf_reference.py)
   diffusers==0.42.1      # Wan2.1's reference (tests/conformance/diffusers_reference.py)
   peft==0.21.2 accelerate==1.16.0   # LoRA's reference (tests/conformance/peft_reference.py)
+  tensorboard==2.20.0    # reads our event files (tests/conformance/tensorboard_reference.py)
   torchvision==0.26.0 pillow==12.0.0 av==16.0.1   # bench/loader_baseline.py (the pipeline mm's loader is measured against)
 )
 STAMP="$VENV/.mm_packages"

@@ -12,11 +12,11 @@ set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrai
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
     FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
-    WanVAETrain LatentStats Judge QuickstartVideo Convert)
+    WanVAETrain LatentStats Judge QuickstartVideo Convert Profile)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer
-    SentencePiece WanDiT WanVAE WanPipeline InitCommand ConvertConformance LoraConformance)
+    SentencePiece WanDiT WanVAE WanPipeline InitCommand ConvertConformance LoraConformance TensorBoard)
 set(_mm_conformance_tests_umt5 UMT5.HiddenStatesEqualTransformers)
 set(_mm_conformance_tests_diffusers FlowSchedulers.MatchDiffusersStepByStep)
 set(_mm_conformance_tests

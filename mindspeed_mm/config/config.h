@@ -416,13 +416,37 @@ struct SampleConfig {
   }
 };
 
+// tools.profile: a Chrome trace of steps [start_step, start_step + steps) on the listed ranks
+// (trace_rank{r}.json in dir, default SAVE_DIR/profile or ./profile) and a summary table.
+struct ProfileConfig {
+  int64_t start_step = 2;            // 1-based; the first step pays for warm-up
+  int64_t steps = 0;                 // 0 = no profile
+  std::vector<double> ranks = {0};   // [] = every rank
+  bool record_shapes = false;        // operators' input shapes in their args
+  bool with_stack = false;           // operators' enclosing module ("model.layers.3") in their args
+  std::string dir;
+  bool enabled() const { return steps > 0; }
+  template <class IO> void io(IO& io) {
+    io("start_step", start_step, ge(1));
+    io("steps", steps, ge(0));
+    io("ranks", ranks, ge(0));
+    io("record_shapes", record_shapes);
+    io("with_stack", with_stack);
+    io("dir", dir);
+  }
+};
+
 struct ToolsConfig {
   double peak_tflops = 0;                  // for MFU; 0 = not reported
   std::string progress = "auto";           // auto (bar on a terminal) | bar | lines
   SampleConfig sample;
   bool print_schedule = false;             // pipeline parallelism: print one step's per-stage timeline
+  std::string tensorboard_dir;             // TensorBoard event files of the run ("" = none)
+  ProfileConfig profile;
   template <class IO> void io(IO& io) {
+    io.section("profile", profile);
     io("peak_tflops", peak_tflops, ge(0));
+    io("tensorboard_dir", tensorboard_dir);
     io("progress", progress, one_of({"auto", "bar", "lines"}));
     io("print_schedule", print_schedule);
     io.section("sample", sample);

@@ -1,13 +1,21 @@
 #include "mindspeed_mm/core/device.h"
 
 #include <ATen/Context.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #ifdef MM_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/errors.h"
 
 namespace mm {
@@ -80,6 +88,60 @@ std::string describe_device(const at::Device& device) {
 #else
   return device.str();
 #endif
+}
+
+namespace {
+
+// VmHWM of /proc/self/status in bytes (0 when unreadable).
+int64_t peak_resident_bytes() {
+  int64_t kib = 0;
+  if (FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f))
+      if (std::strncmp(line, "VmHWM:", 6) == 0) {
+        kib = std::strtoll(line + 6, nullptr, 10);
+        break;
+      }
+    std::fclose(f);
+  }
+  return kib * 1024;
+}
+
+}  // namespace
+
+MemoryStats memory_stats(const at::Device& device) {
+  MemoryStats m;
+#ifdef MM_WITH_CUDA
+  if (device.is_cuda()) {
+    using c10::CachingDeviceAllocator::StatType;
+    const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto agg = static_cast<size_t>(StatType::AGGREGATE);
+    m.allocated = s.allocated_bytes[agg].current;
+    m.peak_allocated = s.allocated_bytes[agg].peak;
+    m.reserved = s.reserved_bytes[agg].current;
+    m.peak_reserved = s.reserved_bytes[agg].peak;
+    return m;
+  }
+#endif
+  (void)device;
+  m.allocated = m.reserved = resident_bytes();
+  m.peak_allocated = m.peak_reserved = std::max<int64_t>(peak_resident_bytes(), m.allocated);
+  return m;
+}
+
+void reset_peak_memory(const at::Device& device) {
+#ifdef MM_WITH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+    return;
+  }
+#endif
+  (void)device;
+  // "5" resets the peak resident size (Linux 4.0+); without permission the peak stays the run's.
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
 }
 
 }  // namespace mm

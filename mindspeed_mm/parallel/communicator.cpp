@@ -17,6 +17,7 @@
 #include <numeric>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/tools/trace.h"
 
 namespace mm::parallel {
 
@@ -183,11 +184,13 @@ double Communicator::wait_seconds() { return static_cast<double>(g_wait_ns.load(
 
 class WorkHandle : public PendingWork {
  public:
-  WorkHandle(const Communicator* c, const char* what, int64_t seq, c10::intrusive_ptr<c10d::Work> w, bool cuda)
-      : c_(c), what_(what), seq_(seq), work_(std::move(w)), cuda_(cuda) {}
+  WorkHandle(const Communicator* c, const char* what, int64_t seq, c10::intrusive_ptr<c10d::Work> w, bool cuda,
+             int64_t bytes = 0, double started_us = -1)
+      : c_(c), what_(what), seq_(seq), work_(std::move(w)), cuda_(cuda), bytes_(bytes), started_us_(started_us) {}
   void wait() override {
     if (!work_) return;
     const auto t0 = std::chrono::steady_clock::now();
+    const double wait0 = started_us_ >= 0 && tools::Trace::on() ? tools::Trace::now_us() : -1;
     try {
       // Gloo: block the CPU up to the timeout. NCCL: make the current stream wait on the
       // communication stream (no CPU block, compute overlaps); NCCL's watchdog enforces the
@@ -197,6 +200,18 @@ class WorkHandle : public PendingWork {
       else
         work_->wait(c_->timeout_);
       add_wait_time(std::chrono::steady_clock::now() - t0);
+      // The profile: the collective from its launch to the end of this wait, with the wait alone.
+      if (wait0 >= 0 && tools::Trace::on()) {
+        tools::TraceEvent e;
+        e.name = what_;
+        e.cat = "comm";
+        e.ts_us = started_us_;
+        e.dur_us = tools::Trace::now_us() - started_us_;
+        e.tid = tools::Trace::thread_id();
+        e.args = {{"bytes", bytes_}, {"wait_us", tools::Trace::now_us() - wait0}, {"group", c_->name()},
+                  {"collective", seq_}};
+        tools::Trace::add(std::move(e));
+      }
     } catch (const std::exception& e) {
       work_.reset();
       c_->fail(what_, seq_, e);
@@ -210,6 +225,8 @@ class WorkHandle : public PendingWork {
   int64_t seq_;
   c10::intrusive_ptr<c10d::Work> work_;
   bool cuda_;
+  int64_t bytes_;
+  double started_us_;
 };
 
 void Communicator::fail(const char* what, int64_t seq, const std::exception& e) const {
@@ -227,7 +244,9 @@ std::shared_ptr<PendingWork> Communicator::start(const char* what, const at::Ten
   const std::string n = std::to_string(seq_);
   try {
     impl_->store->set("mm/arrived/" + std::to_string(rank_), std::vector<uint8_t>(n.begin(), n.end()));
-    return std::make_shared<WorkHandle>(this, what, seq_, launch(*backend), like.defined() && like.is_cuda());
+    const double t0 = tools::Trace::on() ? tools::Trace::now_us() : -1;
+    const int64_t bytes = like.defined() ? like.numel() * static_cast<int64_t>(like.element_size()) : 0;
+    return std::make_shared<WorkHandle>(this, what, seq_, launch(*backend), like.defined() && like.is_cuda(), bytes, t0);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

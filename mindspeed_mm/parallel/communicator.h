@@ -46,6 +46,7 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  const std::string& name() const { return name_; }  // "world" or the subgroup's name
   // The global (world) rank of each member, in group-rank order.
   const std::vector<int>& members() const { return members_; }
 

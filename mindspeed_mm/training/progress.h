@@ -4,8 +4,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "mindspeed_mm/tools/tensorboard.h"
 
 namespace mm::training {
 
@@ -16,6 +20,10 @@ struct StepMetrics {
   int64_t tokens = 0;
   double comm_s = 0;            // waiting for collectives in this step (distributed runs)
   int64_t skipped_samples = 0;  // bad samples the data loader skipped so far (shown when > 0)
+  // Memory at the step's end and its peak during the step (mm::memory_stats: the CPU's resident
+  // set, or CUDA's caching allocator, whose reserved bytes are > 0 only there).
+  int64_t mem_bytes = 0, mem_peak_bytes = 0;
+  int64_t mem_reserved_bytes = 0, mem_peak_reserved_bytes = 0;
 };
 
 class ProgressReporter {
@@ -26,6 +34,12 @@ class ProgressReporter {
   ~ProgressReporter();
 
   void step(const StepMetrics& m);
+  // Also writes every step's metrics and every event's numbers as TensorBoard scalars to DIR
+  // (train/loss, validation/loss, memory/...), the resolved config as text and the planned
+  // learning-rate schedule (lr_at(it) for it in [first_iter, total)).
+  void enable_tensorboard(const std::string& dir, const std::string& config_yaml, int64_t first_iter,
+                          const std::function<double(int64_t)>& lr_at);
+  tools::EventWriter* tensorboard() { return tb_.get(); }
   // A free-form event (validation, checkpoint): printed as a line and written as a record.
   void event(const std::string& text, const nlohmann::json& record);
 
@@ -34,6 +48,7 @@ class ProgressReporter {
   bool bar_ = false, quiet_ = false;
   bool bar_visible_ = false;
   FILE* metrics_ = nullptr;
+  std::unique_ptr<tools::EventWriter> tb_;
   int64_t total_, log_interval_;
   int64_t first_iter_ = -1;
   std::chrono::steady_clock::time_point start_;

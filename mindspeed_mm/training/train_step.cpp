@@ -4,6 +4,7 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/tools/trace.h"
 
 namespace mm::training {
 
@@ -50,20 +51,29 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
     env.objective.prepare(batches.back(), iteration);
   }
   at::Tensor loss_sum;  // summed on the device, read once after the step's backward passes
-  if (env.pipeline)
+  if (env.pipeline) {
+    tools::TraceScope phase("forward_backward", "phase", {{"schedule", "pipeline"}});
     loss_sum = at::tensor(env.pipeline->run_step(batches, env.objective, normaliser, env.bf16), at::kDouble);
+  }
   for (size_t m = 0; m < micro.size() && !env.pipeline; ++m) {
     const data::Batch& b = batches[m];
     models::Outputs out;
+    at::Tensor sum;
     {
-      AutocastScope autocast(env.bf16, device_type);
-      env.dp.begin_forward();
-      out = env.model.forward(b);
+      tools::TraceScope phase("forward", "phase", {{"micro_batch", m}});
+      {
+        AutocastScope autocast(env.bf16, device_type);
+        env.dp.begin_forward();
+        out = env.model.forward(b);
+      }
+      if (env.after_forward) env.after_forward(m);
+      sum = env.objective.loss_sum(out, b);
     }
-    if (env.after_forward) env.after_forward(m);
-    at::Tensor sum = env.objective.loss_sum(out, b);
     // DDP reduces once per step, after the last micro-batch; FSDP after every one.
-    env.dp.prepare_backward(sum / normaliser, m + 1 == micro.size()).backward();
+    {
+      tools::TraceScope phase("backward", "phase", {{"micro_batch", m}});
+      env.dp.prepare_backward(sum / normaliser, m + 1 == micro.size()).backward();
+    }
     at::Tensor s = sum.detach().to(at::kDouble);
     loss_sum = loss_sum.defined() ? loss_sum + s : s;
   }
@@ -71,7 +81,11 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   if (!std::isfinite(r.loss))
     throw Error(cat("training: loss is ", r.loss, " at iteration ", iteration + 1,
                     "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));
-  env.dp.finish_gradients();
+  {
+    tools::TraceScope phase("grad_sync", "phase");
+    env.dp.finish_gradients();
+  }
+  tools::TraceScope phase("optimizer", "phase");
   r.grad_norm = env.dp.clip_grad_norm(env.clip_grad);
   if (env.before_update) env.before_update();
   env.dp.before_optimizer_step();

@@ -19,7 +19,9 @@
 #include "mindspeed_mm/training/evaluation.h"
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/model_builder.h"
+#include "mindspeed_mm/tools/trace.h"
 #include "mindspeed_mm/training/parallelize.h"
+#include "mindspeed_mm/training/profile.h"
 #include "mindspeed_mm/training/progress.h"
 #include "mindspeed_mm/training/train_step.h"
 
@@ -43,6 +45,14 @@ class Run {
   bool has_validation() const { return static_cast<bool>(data_.val); }
   // One optimizer step of gradient_accumulation_steps micro-batches, reported.
   void step();
+  // tools.profile: the window opens before step `iteration` and closes after its validation and
+  // checkpoint.
+  void profile_before(int64_t iteration) {
+    if (profile_) profile_->before_step(iteration);
+  }
+  void profile_after(int64_t iteration) {
+    if (profile_) profile_->after_step(iteration);
+  }
   // Validation loss, reported as "validation <when>: <objective's words>".
   double validate(const std::string& when, bool with_baseline = false);
   void save();
@@ -56,6 +66,8 @@ class Run {
   const config::Config& cfg_;
   const config::TrainingConfig& tc_;
   const int64_t start_rss_;
+  std::unique_ptr<ProfileWindow> profile_;
+  int64_t peak_seen_ = 0;  // CPU: the largest resident peak before each step's reset
   const at::Device device_;
   data::TrainData data_;                   // both made in prepare(), before par_ joins the ranks
   std::shared_ptr<models::Model> model_;
@@ -150,6 +162,9 @@ Run::Run(const config::Config& cfg)
   if (metrics_path.empty() && !tc_.save_dir.empty()) metrics_path = (fs::path(tc_.save_dir) / "metrics.jsonl").string();
   progress_ = std::make_unique<ProgressReporter>(par_.is_main() ? cfg.tools.progress : "silent",
                                                  par_.is_main() ? metrics_path : "", tc_.train_iters, tc_.log_interval);
+  if (par_.is_main() && !cfg.tools.tensorboard_dir.empty())
+    progress_->enable_tensorboard(cfg.tools.tensorboard_dir, state_.config_yaml, state_.iteration,
+                                  [this](int64_t it) { return lr_at_(it); });
 
   // MM_DEBUG_KILL_AT_ITER=N: the process kills itself (SIGKILL) in the middle of iteration N,
   // after its first forward; the exact-resume tests use it to crash a run between checkpoints.
@@ -205,6 +220,14 @@ void Run::setup_model() {
   at::manual_seed(seed);
   if (!model_) model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, /*deferred=*/false, device_);
   dp_ = parallelize(*model_, cfg_, par_, device_, deferred(par_), &lora_);
+  profile_ = std::make_unique<ProfileWindow>(cfg_.tools.profile, par_.env().rank,
+                                             tc_.save_dir.empty() ? "profile" : (fs::path(tc_.save_dir) / "profile").string());
+  if (profile_->active())
+    log::info("plan: profiling steps ", cfg_.tools.profile.start_step, "-",
+              cfg_.tools.profile.start_step + cfg_.tools.profile.steps - 1, " (", apply_profile_plan(*model_),
+              " blocks as ranges) into ", profile_->trace_path());
+  else
+    profile_.reset();
   int64_t trainable = 0;
   for (auto& p : model_->parameters())
     if (p.requires_grad()) trainable += p.numel();
@@ -250,13 +273,21 @@ void Run::warn_unread_fields(const data::Batch& b) {
 }
 
 void Run::step() {
+  // Each step's own peak. On the CPU that resets the process's high-water mark, so the run's
+  // (loading, the previous steps) is kept in peak_seen_ for the final report.
+  if (!device_.is_cuda()) peak_seen_ = std::max(peak_seen_, memory_stats(device_).peak_allocated);
+  reset_peak_memory(device_);
   const auto t0 = std::chrono::steady_clock::now();
   const double comm0 = parallel::Communicator::wait_seconds();
+  tools::TraceScope step_scope("step", "phase", {{"iteration", state_.iteration + 1}});
   std::vector<MicroBatch> micro;
-  for (int64_t m = 0; m < tc_.gradient_accumulation_steps; ++m) {
-    micro.push_back(batches_->next());
-    if (encoder_) encoder_->encode(micro.back().device, micro.back().host);
-    if (!warned_unread_) warn_unread_fields(micro.back().host);
+  {
+    tools::TraceScope phase("data", "phase");
+    for (int64_t m = 0; m < tc_.gradient_accumulation_steps; ++m) {
+      micro.push_back(batches_->next());
+      if (encoder_) encoder_->encode(micro.back().device, micro.back().host);
+      if (!warned_unread_) warn_unread_fields(micro.back().host);
+    }
   }
   StepEnv env{*model_, *objective_, *dp_, *optimizer_, par_, tc_.precision == "bf16", tc_.clip_grad};
   env.pipeline = pipeline_.get();
@@ -317,12 +348,20 @@ void Run::step() {
   sm.tflops = r.flops / dt / 1e12;
   sm.mfu = cfg_.tools.peak_tflops > 0 ? sm.tflops / cfg_.tools.peak_tflops : -1;
   sm.skipped_samples = static_cast<int64_t>(r.sums[0]);
+  const MemoryStats mem = memory_stats(device_);
+  sm.mem_bytes = mem.allocated;
+  sm.mem_peak_bytes = mem.peak_allocated;
+  if (device_.is_cuda()) {
+    sm.mem_reserved_bytes = mem.reserved;
+    sm.mem_peak_reserved_bytes = mem.peak_reserved;
+  }
   tokens_total += r.input_tokens;
   time_total += dt;
   progress_->step(sm);
 }
 
 double Run::validate(const std::string& when, bool with_baseline) {
+  tools::TraceScope phase("validation", "phase");
   std::vector<double> parts;
   const double v = evaluate(*model_, *objective_, data_.val, tc_.micro_batch_size, tc_.eval_iters,
                             tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get(), &parts, encoder_.get());
@@ -346,6 +385,7 @@ double Run::validate(const std::string& when, bool with_baseline) {
 // Every rank writes its part (unsharded layouts: rank 0 the whole model) into one folder that
 // appears only when all have finished.
 void Run::save() {
+  tools::TraceScope phase("checkpoint", "phase");
   checkpoint::RankCheckpoint part = dp_->checkpoint_part(*optimizer_);
   part.loader_state = batches_->state();
   const parallel::MeshShape& m = par_.shape();
@@ -394,10 +434,13 @@ void Run::finish(TrainSummary& summary) {
   }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  const int64_t peak = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+  // Linux reports KiB. On the CPU the steps reset the high-water mark: the run's is the largest seen.
+  const int64_t peak = std::max({static_cast<int64_t>(ru.ru_maxrss) * 1024, peak_seen_,
+                                 device_.is_cuda() ? int64_t(0) : memory_stats(device_).peak_allocated});
   progress_->event(cat("peak resident memory of rank ", par_.env().rank, ": ", fixed(peak / 1048576.0, 1), " MiB (",
                        fixed(start_rss_ / 1048576.0, 1), " MiB before the run: the engine's libraries)"),
                    {{"iter", state_.iteration}, {"peak_rss_bytes", peak}, {"start_rss_bytes", start_rss_}});
+  if (profile_) profile_->finish();
   // No rank leaves while others still communicate: rank 0 hosts the store every collective
   // reports to, and a pipeline stage's last exchanges can outlast rank 0's export.
   par_.barrier();
@@ -415,10 +458,12 @@ TrainSummary train(const config::Config& given) {
   TrainSummary summary;
   if (run.has_validation()) summary.val_loss_before = run.validate("before training", /*with_baseline=*/true);
   while (run.iteration() < cfg.training.train_iters) {
+    run.profile_before(run.iteration() + 1);
     run.step();
     const bool last = run.iteration() == cfg.training.train_iters;
     if (run.due(cfg.training.eval_interval) && !last && run.has_validation()) run.validate(cat("at iteration ", run.iteration()));
     if (!cfg.training.save_dir.empty() && run.due(cfg.training.save_interval)) run.save();
+    run.profile_after(run.iteration());
   }
   run.finish(summary);
   return summary;

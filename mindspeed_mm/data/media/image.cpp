@@ -4,6 +4,7 @@
 
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -369,6 +370,20 @@ void save_png(const Image& image, const std::string& path) {
     std::remove(tmp.c_str());
     throw Error(cat(path, ": writing PNG failed (", err ? err : "I/O error", ")"));
   }
+}
+
+std::string encode_png(const Image& image) {
+  char* buf = nullptr;
+  size_t size = 0;
+  FILE* fp = open_memstream(&buf, &size);
+  if (!fp) throw Error("encoding a PNG: out of memory");
+  char message[256] = {0};
+  const char* err = save_png_c(&image, fp, message);
+  const bool closed = std::fclose(fp) == 0;
+  std::string out = buf && closed && !err ? std::string(buf, size) : std::string();
+  std::free(buf);
+  if (err || !closed) throw Error(cat("encoding a ", image.width, "x", image.height, " PNG failed (", err ? err : "I/O error", ")"));
+  return out;
 }
 
 }  // namespace mm::data

@@ -35,6 +35,8 @@ std::pair<int, int> probe_image_size(const std::string& path);
 
 // Writes an 8-bit RGB PNG (for `mm data fashion-mnist` and tests); mm::Error on failure.
 void save_png(const Image& image, const std::string& path);
+// The same PNG's bytes, in memory (TensorBoard image summaries, HTML reports).
+std::string encode_png(const Image& image);
 
 // transformers' convert_to_rgb for one pixel with alpha: PIL's alpha_composite over opaque
 // white, in its integer arithmetic.

@@ -1,0 +1,78 @@
+// A Chrome-trace recorder (the Trace Event Format that Perfetto and chrome://tracing open) for
+// `tools.profile`: complete events ("ph": "X") for the training step's phases, each block's
+// forward and backward, every collective (bytes, wait time) and, through ATen's RecordFunction
+// callbacks, every operator (shapes when asked). Recording is off unless a profile window is
+// open; a TraceScope then costs one relaxed atomic load.
+//
+//   {"traceEvents": [{"name": "forward", "cat": "phase", "ph": "X", "ts": 12.5, "dur": 80.1,
+//                     "pid": 0, "tid": 1, "args": {...}}, ...], "displayTimeUnit": "ms"}
+//
+// ts and dur are microseconds since the window opened; pid is the rank, tid a small number per
+// thread (named by metadata events).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mm::tools {
+
+struct TraceEvent {
+  std::string name;
+  std::string cat;  // phase | module | comm | op
+  double ts_us = 0, dur_us = 0;
+  int tid = 0;
+  nlohmann::json args;  // null or an object
+};
+
+class Trace {
+ public:
+  static bool on() { return on_.load(std::memory_order_relaxed); }
+  // Opens a window: clears what was recorded, installs the operator callbacks.
+  static void start(bool record_shapes, bool with_stack);
+  // Closes the window; the events stay until the next start.
+  static void stop();
+  static double now_us();  // since the window opened
+  static void add(TraceEvent e);
+  static std::vector<TraceEvent> events();
+  // Writes the Chrome trace (mm::Error naming the file on failure), atomically.
+  static void write(const std::string& path, int rank);
+  // The enclosing module ranges of this thread ("model.layers.3"), innermost last.
+  static std::vector<std::string>& module_stack();
+  static int thread_id();
+
+ private:
+  static std::atomic<bool> on_;
+};
+
+// Records [construction, destruction) as one complete event while a window is open.
+class TraceScope {
+ public:
+  TraceScope(const char* name, const char* cat, nlohmann::json args = nullptr);
+  TraceScope(std::string name, const char* cat, nlohmann::json args = nullptr);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  bool active_;
+  std::string name_;
+  const char* cat_;
+  nlohmann::json args_;
+  double t0_ = 0;
+};
+
+// The end-of-window summary: time by phase, by module type (the name before the path, e.g.
+// "Qwen2DecoderLayer"), communication's share of the steps, and the top operators by self time.
+struct TraceSummary {
+  std::vector<std::pair<std::string, double>> phases_ms, modules_ms, ops_self_ms, comm_ms;
+  double steps_ms = 0, comm_total_ms = 0;
+  int steps = 0;
+  std::string table() const;  // printable, one row per line
+  nlohmann::json to_json() const;
+};
+TraceSummary summarize(const std::vector<TraceEvent>& events, int top_ops = 10);
+
+}  // namespace mm::tools

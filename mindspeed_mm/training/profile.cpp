@@ -1,0 +1,100 @@
+#include "mindspeed_mm/training/profile.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "mindspeed_mm/checkpoint/safetensors.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/logging.h"
+#include "mindspeed_mm/tools/trace.h"
+#include "mindspeed_mm/training/plans.h"
+
+namespace mm::training {
+
+using tools::Trace;
+
+int64_t apply_profile_plan(mm::nn::Module& root) {
+  int64_t n = 0;
+  for_each_module(root, [&](const std::string& path, mm::nn::Module& m) {
+    auto* block = dynamic_cast<mm::nn::Block*>(&m);
+    if (!block || block->has_wrapper("profile")) return;
+    const std::string type = block->type_name();
+    block->add_wrapper("profile", [path, type](mm::nn::Block&, const at::Tensor& x, const mm::nn::ForwardContext& ctx,
+                                               const mm::nn::BlockCtxFn& next) {
+      if (!Trace::on()) return next(x, ctx);
+      at::Tensor y;
+      {
+        tools::TraceScope scope(path, "module", {{"type", type}, {"pass", "forward"}});
+        Trace::module_stack().push_back(path);
+        try {
+          y = next(x, ctx);
+        } catch (...) {
+          Trace::module_stack().pop_back();
+          throw;
+        }
+        Trace::module_stack().pop_back();
+      }
+      // Backward: from the output's gradient arriving to the input's being complete.
+      if (at::GradMode::is_enabled() && y.requires_grad() && x.requires_grad()) {
+        auto t0 = std::make_shared<double>(-1);
+        y.register_hook([t0](const at::TensorBase&) { *t0 = Trace::now_us(); });
+        x.register_hook([t0, path, type](const at::TensorBase&) {
+          if (*t0 < 0 || !Trace::on()) return;
+          tools::TraceEvent e;
+          e.name = path;
+          e.cat = "module";
+          e.ts_us = *t0;
+          e.dur_us = Trace::now_us() - *t0;
+          e.tid = Trace::thread_id();
+          e.args = {{"type", type}, {"pass", "backward"}};
+          Trace::add(std::move(e));
+          *t0 = -1;
+        });
+      }
+      return y;
+    });
+    ++n;
+  });
+  return n;
+}
+
+ProfileWindow::ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir)
+    : c_(c), rank_(rank), dir_(c.dir.empty() ? default_dir : c.dir) {
+  active_ = c.enabled() && (c.ranks.empty() || std::find(c.ranks.begin(), c.ranks.end(), static_cast<double>(rank)) != c.ranks.end());
+  if (!active_) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) throw Error(cat(dir_, ": cannot create the profile directory (", ec.message(), ")"));
+}
+
+std::string ProfileWindow::trace_path() const { return cat(dir_, "/trace_rank", rank_, ".json"); }
+
+void ProfileWindow::before_step(int64_t iteration) {
+  if (!active_ || open_ || done_ || iteration != c_.start_step) return;
+  Trace::start(c_.record_shapes, c_.with_stack);
+  open_ = true;
+}
+
+void ProfileWindow::after_step(int64_t iteration) {
+  if (open_ && iteration >= c_.start_step + c_.steps - 1) write();
+}
+
+std::string ProfileWindow::finish() { return open_ ? write() : std::string(); }
+
+std::string ProfileWindow::write() {
+  Trace::stop();
+  open_ = false;
+  done_ = true;
+  const auto events = Trace::events();
+  Trace::write(trace_path(), rank_);
+  const tools::TraceSummary s = tools::summarize(events);
+  summary_ = s.table();
+  st::write_file_atomic(cat(dir_, "/profile_summary_rank", rank_, ".json"), s.to_json().dump(2) + "\n");
+  log::info("profile: wrote ", trace_path(), " (", events.size(), " events; open it in https://ui.perfetto.dev or chrome://tracing)");
+  std::printf("%s", summary_.c_str());
+  std::fflush(stdout);
+  return summary_;
+}
+
+}  // namespace mm::training

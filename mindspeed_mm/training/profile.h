@@ -1,0 +1,48 @@
+// `tools.profile`: which steps and ranks are traced, the module ranges, and what is written.
+//
+//   tools: {profile: {start_step: 2, steps: 2, ranks: [0], record_shapes: false, with_stack: false}}
+//
+// Each traced rank writes DIR/trace_rank{r}.json (Chrome trace: the step's phases, every block's
+// forward and backward as a range named by its path, each collective with its bytes and wait,
+// every ATen operator) and DIR/profile_summary_rank{r}.json, and prints the summary table (time
+// by phase and by module type, communication share, top operators by self time). Nothing is
+// installed when the profile is off.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/core/module.h"
+
+namespace mm::training {
+
+// A "profile" wrapper on every block: while a window is open, its forward is a range named by the
+// block's path ("model.layers.3", args type and pass) and so is its backward (from the output's
+// gradient to the input's). Returns the number of blocks.
+int64_t apply_profile_plan(mm::nn::Module& root);
+
+class ProfileWindow {
+ public:
+  // dir "" = default_dir. Inactive (every call a no-op) when the profile is off or rank not listed.
+  ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir);
+  bool active() const { return active_; }
+  // Around each training step; `iteration` is the step's 1-based number.
+  void before_step(int64_t iteration);
+  void after_step(int64_t iteration);
+  // Closes a window still open (the run ended inside it) and writes it. Returns the summary
+  // table printed ("" when nothing was traced).
+  std::string finish();
+  // The summary of the last written window ("" before one is written).
+  const std::string& summary() const { return summary_; }
+  std::string trace_path() const;
+
+ private:
+  std::string write();
+  config::ProfileConfig c_;
+  int rank_;
+  std::string dir_, summary_;
+  bool active_ = false, open_ = false, done_ = false;
+};
+
+}  // namespace mm::training
