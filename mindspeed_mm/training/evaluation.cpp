@@ -10,7 +10,8 @@ namespace mm::training {
 
 double evaluate(models::Model& model, const Objective& objective, const data::ValPass& val, int64_t batch_size,
                 int64_t max_batches, bool bf16, DataParallelModel* dp, const TrainParallel* par,
-                PipelineRunner* pipeline, std::vector<double>* parts, const InputEncoder* encoder) {
+                PipelineRunner* pipeline, std::vector<double>* parts, const InputEncoder* encoder,
+                std::vector<std::pair<std::string, data::Image>>* images) {
   at::NoGradGuard no_grad;
   const at::Device device = model_device(model);
   AutocastScope autocast(bf16, device.type());
@@ -20,12 +21,21 @@ double evaluate(models::Model& model, const Objective& objective, const data::Va
   const int64_t shard = dp ? dp->eval_shard() : 0, num_shards = dp ? dp->eval_num_shards() : 1;
   const int64_t n_parts = objective.eval_parts_size();
   at::Tensor parts_t = at::zeros({n_parts}, at::TensorOptions().dtype(at::kDouble).device(device));
+  bool first = true;
   val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& host) {
     data::Batch b = data::batch_to_device(host, device);
     if (encoder) encoder->encode(b, b);
     objective.prepare(b, Objective::kValidationStep);
     if (dp) dp->begin_forward();
-    EvalSums s = pipeline ? pipeline->eval_sums(b, objective) : objective.eval_sums(model.forward(b), b);
+    EvalSums s;
+    if (pipeline) {
+      s = pipeline->eval_sums(b, objective);
+    } else {
+      const models::Outputs out = model.forward(b);
+      s = objective.eval_sums(out, b);
+      if (images && first && shard == 0) *images = objective.eval_images(out, b);
+    }
+    first = false;
     sum_t.add_(s.sum.to(at::kDouble));
     count_t.add_(s.count.to(at::kDouble));
     if (n_parts > 0) parts_t.add_(s.parts.to(at::kDouble));

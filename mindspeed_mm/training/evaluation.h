@@ -16,9 +16,10 @@ namespace mm::training {
 // are added over the ranks (FSDP: every rank runs them all). NaN when nothing was counted.
 // Each batch goes through the input encoder (when there is one), then Objective::prepare with
 // kValidationStep. parts: the sums of EvalSums::parts (empty when the objective gives none).
+// images: Objective::eval_images of the first batch of the first shard (not under a pipeline).
 double evaluate(models::Model& model, const Objective& objective, const data::ValPass& val, int64_t batch_size,
                 int64_t max_batches, bool bf16, DataParallelModel* dp = nullptr, const TrainParallel* par = nullptr,
                 PipelineRunner* pipeline = nullptr, std::vector<double>* parts = nullptr,
-                const InputEncoder* encoder = nullptr);
+                const InputEncoder* encoder = nullptr, std::vector<std::pair<std::string, data::Image>>* images = nullptr);
 
 }  // namespace mm::training

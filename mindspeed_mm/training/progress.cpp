@@ -180,6 +180,9 @@ void ProgressReporter::event(const std::string& text, const nlohmann::json& reco
     const int64_t it = record["iter"].get<int64_t>();
     for (const auto& [key, value] : record.items())
       if (key != "iter" && value.is_number()) tb_->add_scalar(tag_of(key), value.get<double>(), it);
+    // A language model's closing sample (tools.sample): prompt and continuation as text.
+    if (record.contains("sample") && record["sample"].is_string())
+      tb_->add_text("samples/text", record.value("sample_prompt", std::string()) + record["sample"].get<std::string>(), it);
   }
 }
 

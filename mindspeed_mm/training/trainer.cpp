@@ -363,8 +363,11 @@ void Run::step() {
 double Run::validate(const std::string& when, bool with_baseline) {
   tools::TraceScope phase("validation", "phase");
   std::vector<double> parts;
+  std::vector<std::pair<std::string, data::Image>> images;
   const double v = evaluate(*model_, *objective_, data_.val, tc_.micro_batch_size, tc_.eval_iters,
-                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get(), &parts, encoder_.get());
+                            tc_.precision == "bf16", dp_.get(), &par_, pipeline_.get(), &parts, encoder_.get(),
+                            progress_->tensorboard() ? &images : nullptr);
+  for (const auto& [tag, image] : images) progress_->tensorboard()->add_image(tag, image, state_.iteration);
   std::string line = cat("validation ", when, ": ", objective_->describe(v));
   nlohmann::json record = {{"iter", state_.iteration}, {"val_loss", v}};
   record.update(objective_->eval_record(v));
@@ -428,6 +431,7 @@ void Run::finish(TrainSummary& summary) {
     dp_->gather_full();
     if (par_.is_main()) {
       Report r = objective_->after_training(*model_, data_);
+      if (r.record.is_object() && !r.record.empty()) r.record["iter"] = state_.iteration;
       if (!r.text.empty()) progress_->event(r.text, r.record);
     }
     dp_->release_full();

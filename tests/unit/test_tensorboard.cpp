@@ -71,7 +71,8 @@ TEST(TensorBoard, TrainingRunLogsWhatMetricsJsonlHolds) {
   using namespace mm::test;
   const std::string dir = fresh_dir("tensorboard_train");
   const std::string cfg = text_config(dir);
-  const TrainRun run = train(cfg, 1, dir + "/one.jsonl", "training.eval_interval=10 training.eval_iters=2 tools.tensorboard_dir=" +
+  const TrainRun run = train(cfg, 1, dir + "/one.jsonl", "training.eval_interval=10 training.eval_iters=2 "
+                                                         "tools.sample.prompt=The tools.sample.max_new_tokens=6 tools.tensorboard_dir=" +
                                                              dir + "/tb");
   ASSERT_EQ(run.losses.size(), 20u) << run.output;
   EXPECT_NE(run.output.find(" | mem "), std::string::npos) << "no memory in the progress line\n" << run.output;
@@ -110,6 +111,11 @@ TEST(TensorBoard, TrainingRunLogsWhatMetricsJsonlHolds) {
   ASSERT_EQ(run.val_losses.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(s["validation/loss"][i][1].get<float>(), static_cast<float>(run.val_losses[i]));
   EXPECT_EQ(s["memory/peak_rss_bytes"].size(), 1u);
+  // The closing greedy sample (tools.sample) as text: the prompt and its continuation.
+  ASSERT_TRUE(got["text"].contains("samples/text")) << got["text"].dump().substr(0, 300);
+  ASSERT_EQ(got["text"]["samples/text"].size(), 1u) << got["text"].dump();
+  EXPECT_EQ(got["text"]["samples/text"][0][0], 20);
+  EXPECT_EQ(got["text"]["samples/text"][0][1].get<std::string>().rfind("The", 0), 0u);
   ASSERT_EQ(got["text"]["config"].size(), 1u);
   EXPECT_NE(got["text"]["config"][0][1].get<std::string>().find("    training:"), std::string::npos);
   EXPECT_NE(got["text"]["config"][0][1].get<std::string>().find("train_iters: 20"), std::string::npos);

@@ -8,6 +8,8 @@
 // reconstruction error and exports a directory that loads back.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -17,6 +19,7 @@
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/models/wan/wan_vae.h"
+#include "mindspeed_mm/data/media/image.h"
 #include "run_command.h"
 
 using namespace mm::models;
@@ -187,7 +190,7 @@ TEST(WanVAETrain, TinyVaeLearnsMovingFashionMnistClips) {
                        "training:\n  train_iters: 40\n  micro_batch_size: 4\n  optimizer: {lr: 0.002}\n"
                        "  lr_schedule: {id: constant}\n  eval_interval: 20\n  eval_iters: 0\n  vae: {kl_weight: 1.0e-6}\n"
                        "  export_dir: " + dir + "/vae\n  metrics_file: " + dir + "/m.jsonl\n"
-                       "tools:\n  progress: lines\n");
+                       "tools:\n  progress: lines\n  tensorboard_dir: " + dir + "/tb\n");
   auto t = mm::test::run_command(mm + " train " + dir + "/vae.yaml");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   EXPECT_NE(t.output.find("skipped " + dir + "/data/train.jsonl:1: video:"), std::string::npos) << t.output;
@@ -196,6 +199,31 @@ TEST(WanVAETrain, TinyVaeLearnsMovingFashionMnistClips) {
   ASSERT_GE(val.size(), 2u);
   EXPECT_LT(val.back(), 0.6 * val.front()) << t.output;  // reconstruction error falls
   std::printf("tiny wan vae: validation reconstruction L1 %.4f -> %.4f\n", val.front(), val.back());
+  // TensorBoard: at each validation, the first clip's 5 frames over their reconstruction, which
+  // comes closer to them as training goes (read back by PyPI's tensorboard).
+  {
+    const std::string cmd = std::string(MM_PYTHON) + " " + mm::test::source_dir() +
+                            "/tests/conformance/tensorboard_reference.py read " + dir + "/tb " + dir + "/tb.json";
+    auto r = mm::test::run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto tb = nlohmann::json::parse(mm::test::read_file(dir + "/tb.json"));
+    const auto& sheets = tb["images"]["samples/reconstruction"];
+    ASSERT_EQ(sheets.size(), 3u) << tb.dump().substr(0, 500);  // before training, at 20, at 40
+    EXPECT_EQ(tb["scalars"]["validation/psnr"].size(), 3u);
+    std::vector<double> errors;
+    for (const auto& s : sheets) {
+      EXPECT_EQ(s[1], 5 * 32 + 4 * 2);
+      EXPECT_EQ(s[2], 2 * 32 + 2);
+      const mm::data::Image im = mm::data::load_image(s[3].get<std::string>());
+      double e = 0;
+      for (int y = 0; y < 32; ++y)
+        for (int x = 0; x < im.width * 3; ++x) e += std::abs(int(im.row(y)[x]) - int(im.row(y + 34)[x]));
+      errors.push_back(e / (32.0 * im.width * 3));
+    }
+    EXPECT_LT(errors.back(), 0.6 * errors.front()) << "mean pixel error " << errors.front() << " -> " << errors.back();
+    std::printf("tiny wan vae: TensorBoard reconstruction sheets, mean pixel error %.1f -> %.1f\n", errors.front(),
+                errors.back());
+  }
   // The export is a diffusers-style vae/ directory that loads back.
   auto vae = load_wan_vae(dir + "/vae");
   EXPECT_EQ(vae->config.z_dim, 4);

@@ -17,6 +17,7 @@
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/registry.h"
 #include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/data/media/image.h"
 #include "mindspeed_mm/models/model.h"
 #include "mindspeed_mm/parallel/tensor_parallel.h"
 
@@ -72,6 +73,12 @@ class Objective {
   // validation line and its record.
   virtual int64_t eval_parts_size() const { return 0; }
   virtual Report eval_parts(const std::vector<double>& parts) const { return {}; }
+  // Pictures of a validation batch's result (a VAE's input and reconstruction frames), tagged
+  // for TensorBoard ("samples/reconstruction"); asked for the first batch only.
+  virtual std::vector<std::pair<std::string, data::Image>> eval_images(const models::Outputs& out,
+                                                                       const data::Batch& batch) const {
+    return {};
+  }
   // Added to the first validation report (a baseline the loss can be judged against); the
   // JSONL fields go into the same record.
   virtual Report baseline(const data::TrainData& data) const { return {}; }

@@ -3,7 +3,9 @@
 // N(mean, exp(logvar)) from N(0, 1) per latent element; normalised by the step's samples.
 // Validation reports the reconstruction error alone (the decoder fed the posterior's mean) and,
 // beside it, the PSNR of the clips in [-1, 1].
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
@@ -66,6 +68,31 @@ class VaeObjective : public Objective {
   }
 
   std::string describe(double loss) const override { return cat("loss ", fixed(loss, 4)); }
+
+  // The first clip's frames (up to 8, evenly spaced) over its reconstruction's: one sheet.
+  std::vector<std::pair<std::string, data::Image>> eval_images(const models::Outputs& out,
+                                                               const data::Batch& b) const override {
+    const at::Tensor video = b.require(data::kVideo)[0].to(at::kCPU).to(at::kFloat);       // [C, T, H, W]
+    const at::Tensor recon = out[models::kReconstruction][0].to(at::kCPU).to(at::kFloat);  // the same
+    if (video.dim() != 4 || video.size(0) != 3 || recon.sizes() != video.sizes()) return {};
+    const int64_t t = video.size(1), h = video.size(2), w = video.size(3);
+    const int64_t shown = std::min<int64_t>(t, 8), gap = 2;
+    data::Image sheet(static_cast<int>(shown * w + (shown - 1) * gap), static_cast<int>(2 * h + gap));
+    auto to_u8 = [](const at::Tensor& x) {  // [C, H, W] in [-1, 1] -> [H, W, C] bytes
+      return ((x.clamp(-1, 1) + 1) * 127.5).round().to(at::kByte).permute({1, 2, 0}).contiguous();
+    };
+    for (int64_t k = 0; k < shown; ++k) {
+      const int64_t f = shown > 1 ? k * (t - 1) / (shown - 1) : 0;
+      for (int row = 0; row < 2; ++row) {
+        const at::Tensor px = to_u8((row == 0 ? video : recon).select(1, f));
+        const uint8_t* src = px.data_ptr<uint8_t>();
+        for (int64_t y = 0; y < h; ++y)
+          std::memcpy(sheet.row(static_cast<int>(row * (h + gap) + y)) + 3 * k * (w + gap), src + y * w * 3,
+                      static_cast<size_t>(w * 3));
+      }
+    }
+    return {{"samples/reconstruction", std::move(sheet)}};
+  }
 
  private:
   // Each sample's mean absolute error of the reconstruction [B].
