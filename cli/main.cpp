@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   mm::cli::add_init_command(app);
   mm::cli::add_judge_command(app);
   mm::cli::add_convert_command(app);
+  mm::cli::add_report_command(app);
   try {
     // `mm train` and `mm flops` take Megatron's flags (--tensor-model-parallel-size 2 ...) as
     // overrides: rewritten to key=value before parsing; a misspelt flag gets a did-you-mean.

@@ -19,6 +19,8 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev libwebp-dev python3-pil
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
   zlib1g-dev dataset-fashion-mnist
+  libcairo2-dev                 # mm report draws its plots (SVG for the page, PNG copies)
+  chromium                      # the report's browser test (headless)
 )
 
 missing=()

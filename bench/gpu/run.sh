@@ -48,7 +48,7 @@ else
   PKGCONF=$(command -v pkg-config || echo "$DEPS/usr/bin/pkgconf")
   if [[ ! -f "$BUILD/build.ninja" ]]; then
     log "configure (torch from $PY, CUDA from the machine's nvcc)"
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMM_PYTHON="$PY" -DMM_WITH_VIDEO=OFF \
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMM_PYTHON="$PY" -DMM_WITH_VIDEO=OFF -DMM_WITH_CAIRO=OFF \
       -DPKG_CONFIG_EXECUTABLE="$PKGCONF" -DCMAKE_PREFIX_PATH="$DEPS/usr" \
       -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include -isystem $DEPS/usr/include/x86_64-linux-gnu" \
       -DCMAKE_EXE_LINKER_FLAGS="-L$LIB -Wl,-rpath,$LIB" -DCMAKE_SHARED_LINKER_FLAGS="-L$LIB -Wl,-rpath,$LIB" \

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,8 @@
 #include "mindspeed_mm/training/evaluation.h"
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/model_builder.h"
+#include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/tools/report.h"
 #include "mindspeed_mm/tools/trace.h"
 #include "mindspeed_mm/training/parallelize.h"
 #include "mindspeed_mm/training/profile.h"
@@ -45,6 +48,8 @@ class Run {
   bool has_validation() const { return static_cast<bool>(data_.val); }
   // One optimizer step of gradient_accumulation_steps micro-batches, reported.
   void step();
+  // The resolved config and the environment beside the metrics file, for `mm report`.
+  void write_run_info(const std::string& metrics_path) const;
   // tools.profile: the window opens before step `iteration` and closes after its validation and
   // checkpoint.
   void profile_before(int64_t iteration) {
@@ -162,6 +167,7 @@ Run::Run(const config::Config& cfg)
   if (metrics_path.empty() && !tc_.save_dir.empty()) metrics_path = (fs::path(tc_.save_dir) / "metrics.jsonl").string();
   progress_ = std::make_unique<ProgressReporter>(par_.is_main() ? cfg.tools.progress : "silent",
                                                  par_.is_main() ? metrics_path : "", tc_.train_iters, tc_.log_interval);
+  if (par_.is_main() && !metrics_path.empty()) write_run_info(metrics_path);
   if (par_.is_main() && !cfg.tools.tensorboard_dir.empty())
     progress_->enable_tensorboard(cfg.tools.tensorboard_dir, state_.config_yaml, state_.iteration,
                                   [this](int64_t it) { return lr_at_(it); });
@@ -358,6 +364,21 @@ void Run::step() {
   tokens_total += r.input_tokens;
   time_total += dt;
   progress_->step(sm);
+}
+
+void Run::write_run_info(const std::string& metrics_path) const {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  char started[32];
+  std::strftime(started, sizeof(started), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const nlohmann::json info = {
+      {"config_yaml", state_.config_yaml},
+      {"environment",
+       {{"libtorch", compat::torch_version()}, {"device", describe_device(device_)}, {"world_size", par_.env().world_size},
+        {"host", host}, {"started", started}, {"intra_op_threads", at::get_num_threads()},
+        {"resumed_from_iteration", state_.iteration}}}};
+  st::write_file_atomic(tools::run_info_path(metrics_path), info.dump(2) + "\n");
 }
 
 double Run::validate(const std::string& when, bool with_baseline) {
