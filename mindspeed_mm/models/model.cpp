@@ -25,6 +25,11 @@ std::vector<std::pair<std::string, int64_t>> parameters_by_part(const Model& mod
   return counts;
 }
 
+std::vector<std::pair<std::string, double>> Model::training_flops_by_part(const data::Batch& host) const {
+  const std::vector<ModelPart> p = parts();
+  return {{p.size() == 1 ? p[0].name : std::string("model"), training_flops(host)}};
+}
+
 void Model::pipeline_forward(size_t, int64_t, int64_t, Outputs&, const data::Batch&) {
   throw ConfigError(cat("config: parallel.pipeline_parallel_size > 1: model ", type_name(), " has no pipeline pieces"));
 }

@@ -93,6 +93,9 @@ class Model : public mm::nn::Module {
   // throughput (real tokens for a language model), and the training FLOPs (forward + backward).
   virtual double input_tokens(const data::Batch& host) const = 0;
   virtual double training_flops(const data::Batch& host) const = 0;
+  // The same FLOPs by part (parts()' names, in their order; they add up to training_flops). The
+  // default: a one-part model's everything under its name, else "model".
+  virtual std::vector<std::pair<std::string, double>> training_flops_by_part(const data::Batch& host) const;
   // What a run's first lines say about its cost ("1.25 MFLOP per text token").
   virtual std::string cost_summary(int64_t seq_len) const = 0;
 

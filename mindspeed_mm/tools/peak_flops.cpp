@@ -31,4 +31,10 @@ PeakResult measure_matmul_peak(int64_t n, at::ScalarType dtype, int reps, at::De
   return res;
 }
 
+double datasheet_bf16_tflops(const std::string& device_name) {
+  if (device_name.find("H100") != std::string::npos || device_name.find("H200") != std::string::npos) return 989.4;
+  if (device_name.find("A100") != std::string::npos) return 312.0;
+  return 0;
+}
+
 }  // namespace mm::tools

@@ -253,6 +253,23 @@ std::string TraceSummary::table() const {
     out += line;
   }
   section("top operators by self time", ops_self_ms);
+  if (!parts.empty()) {
+    double total = 0;
+    for (const Part& p : parts) total += p.tflop;
+    std::snprintf(line, sizeof(line), "  %-28s %12s %8s %12s %22s\n", "FLOPs by part", "TFLOP", "share",
+                  peak_tflops > 0 ? "MFU (step)" : "TFLOP/s", "TFLOP/s in its blocks");
+    out += line;
+    for (const Part& p : parts) {
+      const double step_rate = steps_ms > 0 ? p.tflop / (steps_ms / 1e3) : 0;
+      char mfu[32], blocks[32] = "-";
+      if (peak_tflops > 0) std::snprintf(mfu, sizeof(mfu), "%.2f%%", 100 * step_rate / peak_tflops);
+      else std::snprintf(mfu, sizeof(mfu), "%.4f", step_rate);
+      if (p.block_ms > 0) std::snprintf(blocks, sizeof(blocks), "%.4f", p.tflop / (p.block_ms / 1e3));
+      std::snprintf(line, sizeof(line), "  %-28.28s %12.4g %7.1f%% %12s %22s\n", p.name.c_str(), p.tflop,
+                    total > 0 ? 100 * p.tflop / total : 0.0, mfu, blocks);
+      out += line;
+    }
+  }
   return out;
 }
 
@@ -262,9 +279,15 @@ nlohmann::json TraceSummary::to_json() const {
     for (const auto& [name, ms] : v) a.push_back({{"name", name}, {"ms", ms}});
     return a;
   };
+  nlohmann::json by_part = nlohmann::json::array();
+  for (const Part& p : parts) {
+    nlohmann::json j = {{"name", p.name}, {"tflop", p.tflop}, {"block_ms", p.block_ms}};
+    if (steps_ms > 0 && peak_tflops > 0) j["mfu"] = p.tflop / (steps_ms / 1e3) / peak_tflops;
+    by_part.push_back(j);
+  }
   return {{"steps", steps},           {"steps_ms", steps_ms},   {"phases", rows(phases_ms)},
           {"modules", rows(modules_ms)}, {"comm", rows(comm_ms)}, {"comm_ms", comm_total_ms},
-          {"top_ops", rows(ops_self_ms)}};
+          {"top_ops", rows(ops_self_ms)}, {"parts", by_part},    {"peak_tflops", peak_tflops}};
 }
 
 }  // namespace mm::tools

@@ -70,6 +70,15 @@ struct TraceSummary {
   std::vector<std::pair<std::string, double>> phases_ms, modules_ms, ops_self_ms, comm_ms;
   double steps_ms = 0, comm_total_ms = 0;
   int steps = 0;
+  // FLOPs by model part over the window (filled by the caller, which knows the model): each part's
+  // share of MFU over the steps' time, and its rate over its own blocks' ranges (forward and
+  // backward; 0 when the part has no block, as a projector).
+  struct Part {
+    std::string name;
+    double tflop = 0, block_ms = 0;
+  };
+  std::vector<Part> parts;
+  double peak_tflops = 0;  // 0: MFU unknown (tools.peak_tflops or a known GPU)
   std::string table() const;  // printable, one row per line
   nlohmann::json to_json() const;
 };

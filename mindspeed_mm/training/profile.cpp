@@ -59,8 +59,9 @@ int64_t apply_profile_plan(mm::nn::Module& root) {
   return n;
 }
 
-ProfileWindow::ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir)
-    : c_(c), rank_(rank), dir_(c.dir.empty() ? default_dir : c.dir) {
+ProfileWindow::ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir,
+                             std::vector<models::ModelPart> parts, double peak_tflops)
+    : c_(c), rank_(rank), parts_(std::move(parts)), peak_tflops_(peak_tflops), dir_(c.dir.empty() ? default_dir : c.dir) {
   active_ = c.enabled() && (c.ranks.empty() || std::find(c.ranks.begin(), c.ranks.end(), static_cast<double>(rank)) != c.ranks.end());
   if (!active_) return;
   std::error_code ec;
@@ -80,6 +81,15 @@ void ProfileWindow::after_step(int64_t iteration) {
   if (open_ && iteration >= c_.start_step + c_.steps - 1) write();
 }
 
+void ProfileWindow::add_flops(const std::vector<std::pair<std::string, double>>& by_part) {
+  if (!open_) return;
+  for (const auto& [name, f] : by_part) {
+    auto it = std::find_if(flops_.begin(), flops_.end(), [&](const auto& p) { return p.first == name; });
+    if (it == flops_.end()) flops_.emplace_back(name, f);
+    else it->second += f;
+  }
+}
+
 std::string ProfileWindow::finish() { return open_ ? write() : std::string(); }
 
 std::string ProfileWindow::write() {
@@ -88,7 +98,21 @@ std::string ProfileWindow::write() {
   done_ = true;
   const auto events = Trace::events();
   Trace::write(trace_path(), rank_);
-  const tools::TraceSummary s = tools::summarize(events);
+  tools::TraceSummary s = tools::summarize(events);
+  // FLOPs by part, and each part's blocks' time (a block belongs to the part whose prefix its
+  // path has, the longest one).
+  s.peak_tflops = peak_tflops_;
+  for (const auto& [name, f] : flops_) {
+    tools::TraceSummary::Part p;
+    p.name = name;
+    p.tflop = f / 1e12;
+    for (const tools::TraceEvent& e : events) {
+      if (e.cat != "module" || parts_.empty()) continue;
+      const size_t i = models::part_of(parts_, e.name + ".");
+      if (i < parts_.size() && parts_[i].name == name) p.block_ms += e.dur_us / 1e3;
+    }
+    s.parts.push_back(p);
+  }
   summary_ = s.table();
   st::write_file_atomic(cat(dir_, "/profile_summary_rank", rank_, ".json"), s.to_json().dump(2) + "\n");
   log::info("profile: wrote ", trace_path(), " (", events.size(), " events; open it in https://ui.perfetto.dev or chrome://tracing)");

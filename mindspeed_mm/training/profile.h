@@ -14,6 +14,7 @@
 
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/module.h"
+#include "mindspeed_mm/models/model.h"
 
 namespace mm::training {
 
@@ -25,11 +26,15 @@ int64_t apply_profile_plan(mm::nn::Module& root);
 class ProfileWindow {
  public:
   // dir "" = default_dir. Inactive (every call a no-op) when the profile is off or rank not listed.
-  ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir);
+  ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir,
+                std::vector<models::ModelPart> parts = {}, double peak_tflops = 0);
   bool active() const { return active_; }
+  bool recording() const { return open_; }
   // Around each training step; `iteration` is the step's 1-based number.
   void before_step(int64_t iteration);
   void after_step(int64_t iteration);
+  // A micro-batch's training FLOPs by part (Model::training_flops_by_part), counted while open.
+  void add_flops(const std::vector<std::pair<std::string, double>>& by_part);
   // Closes a window still open (the run ended inside it) and writes it. Returns the summary
   // table printed ("" when nothing was traced).
   std::string finish();
@@ -41,6 +46,9 @@ class ProfileWindow {
   std::string write();
   config::ProfileConfig c_;
   int rank_;
+  std::vector<models::ModelPart> parts_;
+  double peak_tflops_;
+  std::vector<std::pair<std::string, double>> flops_;  // by part, in first-seen order
   std::string dir_, summary_;
   bool active_ = false, open_ = false, done_ = false;
 };

@@ -21,6 +21,7 @@
 #include "mindspeed_mm/training/lr_schedule.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/tools/peak_flops.h"
 #include "mindspeed_mm/tools/report.h"
 #include "mindspeed_mm/tools/trace.h"
 #include "mindspeed_mm/training/parallelize.h"
@@ -72,6 +73,7 @@ class Run {
   const config::TrainingConfig& tc_;
   const int64_t start_rss_;
   std::unique_ptr<ProfileWindow> profile_;
+  double peak_tflops_ = 0;  // tools.peak_tflops, else a known GPU's bf16 datasheet peak (bf16 runs)
   int64_t peak_seen_ = 0;  // CPU: the largest resident peak before each step's reset
   const at::Device device_;
   data::TrainData data_;                   // both made in prepare(), before par_ joins the ranks
@@ -226,8 +228,12 @@ void Run::setup_model() {
   at::manual_seed(seed);
   if (!model_) model_ = build_model(cfg_.model, data_, seed, &cfg_.source_file, /*deferred=*/false, device_);
   dp_ = parallelize(*model_, cfg_, par_, device_, deferred(par_), &lora_);
+  peak_tflops_ = cfg_.tools.peak_tflops > 0 ? cfg_.tools.peak_tflops
+                 : tc_.precision == "bf16" && device_.is_cuda() ? tools::datasheet_bf16_tflops(describe_device(device_))
+                                                                : 0;
   profile_ = std::make_unique<ProfileWindow>(cfg_.tools.profile, par_.env().rank,
-                                             tc_.save_dir.empty() ? "profile" : (fs::path(tc_.save_dir) / "profile").string());
+                                             tc_.save_dir.empty() ? "profile" : (fs::path(tc_.save_dir) / "profile").string(),
+                                             model_->parts(), peak_tflops_);
   if (profile_->active())
     log::info("plan: profiling steps ", cfg_.tools.profile.start_step, "-",
               cfg_.tools.profile.start_step + cfg_.tools.profile.steps - 1, " (", apply_profile_plan(*model_),
@@ -293,6 +299,7 @@ void Run::step() {
       micro.push_back(batches_->next());
       if (encoder_) encoder_->encode(micro.back().device, micro.back().host);
       if (!warned_unread_) warn_unread_fields(micro.back().host);
+      if (profile_ && profile_->recording()) profile_->add_flops(model_->training_flops_by_part(micro.back().host));
     }
   }
   StepEnv env{*model_, *objective_, *dp_, *optimizer_, par_, tc_.precision == "bf16", tc_.clip_grad};
@@ -352,7 +359,7 @@ void Run::step() {
   sm.tokens = static_cast<int64_t>(r.input_tokens);  // the whole job's
   sm.tokens_per_s = r.input_tokens / dt;
   sm.tflops = r.flops / dt / 1e12;
-  sm.mfu = cfg_.tools.peak_tflops > 0 ? sm.tflops / cfg_.tools.peak_tflops : -1;
+  sm.mfu = peak_tflops_ > 0 ? sm.tflops / peak_tflops_ : -1;
   sm.skipped_samples = static_cast<int64_t>(r.sums[0]);
   const MemoryStats mem = memory_stats(device_);
   sm.mem_bytes = mem.allocated;

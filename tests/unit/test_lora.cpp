@@ -48,6 +48,12 @@ std::string make_base(const std::string& dir) {
   return dir + "/base";
 }
 
+// The text runs' LoRA overrides; lm_head trains whole too (modules_to_save): a frozen random head
+// would learn nothing in 20 steps.
+const std::string kTextLora = " features.lora.target=[q_proj,v_proj,o_proj,up_proj,down_proj] features.lora.rank=4"
+                              " features.lora.alpha=16 features.lora.modules_to_save=[lm_head] training.optimizer.lr=0.01"
+                              " training.micro_batch_size=4";
+
 at::Tensor ids_of(const std::string& base) { return mm::st::HFWeights(base + "/inputs.safetensors").get("input_ids"); }
 
 }  // namespace
@@ -219,10 +225,7 @@ TEST(LoraTrain, DdpFsdpAndTensorParallelEqualOneProcess) {
   using namespace mm::test;
   const std::string dir = fresh_dir("lora_train");
   const std::string cfg = text_config(dir);
-  // lm_head trained whole too (modules_to_save): a frozen random head would learn nothing in 20 steps.
-  const std::string lora = " features.lora.target=[q_proj,v_proj,o_proj,up_proj,down_proj] features.lora.rank=4"
-                           " features.lora.alpha=16 features.lora.modules_to_save=[lm_head] training.optimizer.lr=0.01"
-                           " training.micro_batch_size=4";
+  const std::string lora = kTextLora;
   const TrainRun one = train(cfg, 1, dir + "/one.jsonl", lora + " training.export_dir=" + dir + "/one_adapter" +
                                                              " training.save_dir=" + dir + "/one_save training.save_interval=20");
   EXPECT_NE(one.output.find("plan: LoRA rank 4 alpha 16 on 10 Linear layers"), std::string::npos) << one.output;
@@ -329,9 +332,7 @@ TEST(LoraTrain, Bf16BaseHalvesTheBaseAndTracksTheFp32Base) {
   using namespace mm::test;
   const std::string dir = fresh_dir("lora_bf16_base");
   const std::string cfg = text_config(dir);
-  const std::string lora = " features.lora.target=[q_proj,v_proj,o_proj,up_proj,down_proj] features.lora.rank=4"
-                           " features.lora.alpha=16 features.lora.modules_to_save=[lm_head] training.optimizer.lr=0.01"
-                           " training.micro_batch_size=4 training.precision=bf16";
+  const std::string lora = kTextLora + " training.precision=bf16";
   const TrainRun fp32 = train(cfg, 1, dir + "/fp32.jsonl", lora + " training.export_dir=" + dir + "/fp32_adapter");
   const TrainRun bf16 = train(cfg, 1, dir + "/bf16.jsonl", lora + " features.lora.base_dtype=bf16 training.export_dir=" +
                                                               dir + "/bf16_adapter");

@@ -115,6 +115,11 @@ TEST(Profile, TextRunTraceHasPhasesBlocksAndOperators) {
   const json summary = json::parse(read_file(dir + "/save/profile/profile_summary_rank0.json"));
   EXPECT_EQ(summary["steps"], 2);
   EXPECT_FALSE(summary["top_ops"].empty());
+  // One part (the whole Qwen2): its FLOPs and its layers' time.
+  ASSERT_EQ(summary["parts"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["parts"][0]["name"], "model");
+  EXPECT_GT(summary["parts"][0]["tflop"].get<double>(), 0.0);
+  EXPECT_GT(summary["parts"][0]["block_ms"].get<double>(), 0.0);
   // The window covers steps 2 and 3 only.
   for (const json& e : by_cat["phase"])
     if (e["name"] == "step") EXPECT_TRUE(e["args"]["iteration"] == 2 || e["args"]["iteration"] == 3) << e.dump();
@@ -124,6 +129,38 @@ TEST(Profile, DdpRanksTraceTheirCollectivesAndVisionBlocksAreRanges) {
   using namespace mm::test;
   const std::string dir = fresh_dir("profile_ddp");
   const std::string cfg = vl_config(dir, 12);
+  // One process first: the FLOPs by part (vision tower, projector, language model) add up to the
+  // FLOPs the steps report, and MFU per part against tools.peak_tflops adds up to the steps' MFU.
+  {
+    const TrainRun one = train(cfg, 1, dir + "/one.jsonl",
+                               "training.train_iters=4 training.micro_batch_size=2 tools.peak_tflops=0.05 "
+                               "tools.profile.start_step=2 tools.profile.steps=2 tools.profile.dir=" + dir + "/one_prof");
+    ASSERT_EQ(one.losses.size(), 4u) << one.output;
+    EXPECT_NE(one.output.find("FLOPs by part"), std::string::npos) << one.output;
+    const json s = json::parse(read_file(dir + "/one_prof/profile_summary_rank0.json"));
+    ASSERT_EQ(s["parts"].size(), 3u) << s.dump();
+    std::map<std::string, json> parts;
+    for (const json& p : s["parts"]) parts[p["name"].get<std::string>()] = p;
+    for (const char* name : {"vision_tower", "projector", "language_model"}) ASSERT_TRUE(parts.count(name)) << name;
+    EXPECT_GT(parts["vision_tower"]["block_ms"].get<double>(), 0.0);
+    EXPECT_GT(parts["language_model"]["block_ms"].get<double>(), 0.0);
+    EXPECT_EQ(parts["projector"]["block_ms"].get<double>(), 0.0) << "the merger is no block";
+    double tflop = 0, mfu = 0;
+    for (auto& [name, p] : parts) {
+      EXPECT_GT(p["tflop"].get<double>(), 0.0) << name;
+      tflop += p["tflop"].get<double>();
+      mfu += p["mfu"].get<double>();
+    }
+    // metrics.jsonl: tflops (TFLOP/s) x step time = each step's TFLOP.
+    double want = 0;
+    std::istringstream in(read_file(dir + "/one.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line);
+      if (j.contains("tflops") && (j["iter"] == 2 || j["iter"] == 3)) want += j["tflops"].get<double>() * j["step_time_s"].get<double>();
+    }
+    EXPECT_NEAR(tflop, want, 1e-9 + 1e-6 * want);
+    EXPECT_NEAR(mfu, tflop / (s["steps_ms"].get<double>() / 1e3) / 0.05, 1e-9);
+  }
   const TrainRun run = train(cfg, 2, dir + "/m.jsonl",
                              "training.train_iters=3 parallel.data_parallel_replicate_size=2 training.micro_batch_size=2 "
                              "tools.profile.start_step=2 tools.profile.steps=1 tools.profile.ranks=[] tools.profile.dir=" +

@@ -132,6 +132,11 @@ double LlavaConfig::vision_training_flops(int64_t images) const {
   return per_image * static_cast<double>(images);
 }
 
+double LlavaConfig::projector_training_flops(int64_t images) const {
+  const double E = static_cast<double>(vision.hidden_size), H = static_cast<double>(text.hidden_size);
+  return 6 * static_cast<double>(image_tokens()) * (E * H + H * H) * static_cast<double>(images);
+}
+
 ClipAttention::ClipAttention(const ClipVisionConfig& c, at::ScalarType dtype)
     : num_heads(c.num_attention_heads), head_dim(c.hidden_size / c.num_attention_heads) {
   const int64_t E = c.hidden_size;
@@ -284,6 +289,15 @@ at::Tensor LlavaForConditionalGeneration::forward_multimodal(const MultimodalInp
 
 double LlavaForConditionalGeneration::training_flops(const MultimodalInputs& in) const {
   return CausalLM::training_flops(in) + config.vision_training_flops(in.pixel_values.defined() ? in.pixel_values.size(0) : 0);
+}
+
+std::vector<std::pair<std::string, double>> LlavaForConditionalGeneration::training_flops_by_part(
+    const data::Batch& host) const {
+  const MultimodalInputs in = multimodal_inputs(host, /*attention=*/false);
+  const int64_t images = in.pixel_values.defined() ? in.pixel_values.size(0) : 0;
+  const double projector = config.projector_training_flops(images);
+  return {{"vision_tower", config.vision_training_flops(images) - projector}, {"projector", projector},
+          {"language_model", CausalLM::training_flops(in)}};
 }
 
 namespace {

@@ -82,7 +82,8 @@ struct LlavaConfig {
   int64_t vision_parameters() const;     // vision_tower.*
   int64_t projector_parameters() const;  // multi_modal_projector.*
   // Training FLOPs of the tower (up to the feature layer) and projector on `images` images.
-  double vision_training_flops(int64_t images) const;
+  double vision_training_flops(int64_t images) const;  // tower and projector
+  double projector_training_flops(int64_t images) const;
 };
 
 class ClipAttention : public mm::nn::Module {
@@ -135,6 +136,7 @@ class LlavaForConditionalGeneration : public CausalLM {
   nlohmann::json hf_config() const override { return config.to_json(); }
   double flops_per_token(int64_t seq_len) const override { return config.text.flops_per_token(seq_len); }
   double training_flops(const MultimodalInputs& in) const override;
+  std::vector<std::pair<std::string, double>> training_flops_by_part(const data::Batch& host) const override;
   using CausalLM::training_flops;
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override { return language_model->blocks(); }
   PlanTable plans() const override {

@@ -252,6 +252,15 @@ double Qwen2VLForConditionalGeneration::training_flops(const MultimodalInputs& i
          vl_config.vision.training_flops(in.video_grid_thw);
 }
 
+std::vector<std::pair<std::string, double>> Qwen2VLForConditionalGeneration::training_flops_by_part(
+    const data::Batch& host) const {
+  const MultimodalInputs in = multimodal_inputs(host, /*attention=*/false);
+  const auto& v = vl_config.vision;
+  const double vision = v.training_flops(in.image_grid_thw) + v.training_flops(in.video_grid_thw);
+  const double merger = v.merger_training_flops(in.image_grid_thw) + v.merger_training_flops(in.video_grid_thw);
+  return {{"vision_tower", vision - merger}, {"projector", merger}, {"language_model", CausalLM::training_flops(in)}};
+}
+
 namespace {
 ModelSize vl_size(const json& hf, const std::string& source, bool strict, bool qwen2_5) {
   Qwen2VLConfig c = Qwen2VLConfig::from_json(hf, source, strict, qwen2_5);

@@ -49,6 +49,8 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   nlohmann::json hf_config() const override { return vl_config.to_json(); }
   // The decoder's FLOPs on the real tokens plus the vision tower's on the batch's grids.
   double training_flops(const MultimodalInputs& in) const override;
+  // vision_tower (patch embedding and blocks), projector (the PatchMerger), language_model.
+  std::vector<std::pair<std::string, double>> training_flops_by_part(const data::Batch& host) const override;
   using CausalLM::training_flops;
   // The language model's plans (qwen2.h) plus the vision tower's and the projector's.
   PlanTable plans() const override;

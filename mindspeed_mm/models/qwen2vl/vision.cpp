@@ -83,6 +83,15 @@ double Qwen2VLVisionConfig::training_flops(const at::Tensor& grid_thw) const {
   return 6 * (per_patch * patches + per_unit * patches / static_cast<double>(m * m)) + attention;
 }
 
+double Qwen2VLVisionConfig::merger_training_flops(const at::Tensor& grid_thw) const {
+  if (!grid_thw.defined() || grid_thw.numel() == 0) return 0;
+  const int64_t m = spatial_merge_size;
+  const double W = static_cast<double>(embed_dim) * static_cast<double>(m * m);
+  const at::Tensor g = grid_thw.to(at::kLong);
+  const double patches = static_cast<double>((g.select(1, 0) * g.select(1, 1) * g.select(1, 2)).sum().item<int64_t>());
+  return 6 * (W * W + W * static_cast<double>(hidden_size)) * patches / static_cast<double>(m * m);
+}
+
 Qwen2VLVisionAttention::Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype)
     : num_heads(c.num_heads), head_dim(c.head_dim()) {
   qkv = register_module("qkv", std::make_shared<Linear>(c.embed_dim, 3 * c.embed_dim, true, dtype));

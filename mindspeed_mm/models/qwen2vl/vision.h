@@ -92,6 +92,8 @@ struct Qwen2VLVisionConfig {
   // Training FLOPs (forward + backward, 6 per matmul weight and patch; attention 12 * embed *
   // keys per query and block, over each frame or window) of the tower on these grids [n, 3].
   double training_flops(const at::Tensor& grid_thw) const;
+  // The PatchMerger's share of it (its two Linear layers over the merged units).
+  double merger_training_flops(const at::Tensor& grid_thw) const;
 };
 
 class Qwen2VLVisionAttention : public mm::nn::Module, public HeadSplittable {
