@@ -78,7 +78,7 @@ TEST(Report, TwoRunsOnOnePageThatChromiumRenders) {
   const char* browser = chromium();
   if (!browser) GTEST_SKIP() << "chromium missing (apt install chromium): the browser half of this test did not run";
   const std::string flags = std::string("timeout 120 ") + browser +
-                            " --headless --no-sandbox --disable-gpu --hide-scrollbars --no-first-run "
+                            " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --no-first-run "
                             "--window-size=1360,1600 --user-data-dir=" + dir + "/chrome ";
   const std::string url = "file://" + fs::absolute(dir + "/out/report.html").string();
   auto dom = run_command(flags + "--enable-logging=stderr --v=0 --dump-dom " + url + " 2>" + dir + "/console.log");
