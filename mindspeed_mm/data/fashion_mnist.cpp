@@ -226,23 +226,22 @@ FashionMnistSummary write_fashion_mnist(const FashionMnistOptions& options) {
     throw ConfigError(cat("fashion-mnist: sample limits must be >= 0 (got max_train=", options.max_train,
                           ", max_test=", options.max_test, ")"));
   if (options.threads < 0) throw ConfigError(cat("fashion-mnist: threads must be >= 0 (got ", options.threads, ")"));
-  try {
-    (void)nlohmann::json(options.question).dump();
-  } catch (const nlohmann::json::exception&) {
-    throw ConfigError("fashion-mnist: the question is not valid UTF-8");
-  }
+  // The JSONL writer refuses text that is not UTF-8: ask it first.
+  auto utf8 = [](const std::string& s) {
+    try {
+      (void)nlohmann::json(s).dump();
+      return true;
+    } catch (const nlohmann::json::exception&) {
+      return false;
+    }
+  };
+  if (!utf8(options.question)) throw ConfigError("fashion-mnist: the question is not valid UTF-8");
   if (!options.answers.empty()) {
     if (options.answers.size() != fashion_mnist_classes().size())
       throw ConfigError(cat("fashion-mnist: --answers needs 10 names, one per label (got ", options.answers.size(), ")"));
-    for (size_t i = 0; i < options.answers.size(); ++i) {
-      bool valid = !options.answers[i].empty();
-      try {
-        (void)nlohmann::json(options.answers[i]).dump();
-      } catch (const nlohmann::json::exception&) {
-        valid = false;
-      }
-      if (!valid) throw ConfigError(cat("fashion-mnist: answer ", i, " (", fashion_mnist_classes()[i], ") is empty or not UTF-8"));
-    }
+    for (size_t i = 0; i < options.answers.size(); ++i)
+      if (options.answers[i].empty() || !utf8(options.answers[i]))
+        throw ConfigError(cat("fashion-mnist: answer ", i, " (", fashion_mnist_classes()[i], ") is empty or not UTF-8"));
   }
   if (options.jsonl_prefix.find_first_of("/\\") != std::string::npos)
     throw ConfigError(cat("fashion-mnist: the JSONL prefix '", options.jsonl_prefix, "' must be a file name prefix, not a path"));

@@ -16,6 +16,7 @@
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/file_io.h"
+#include "mindspeed_mm/data/tokenizer/precompiled_charsmap.h"  // encode_base64
 
 namespace fs = std::filesystem;
 
@@ -168,25 +169,6 @@ std::vector<Plot> make_plots(const std::vector<RunRecord>& runs, double smoothin
     plots.push_back(std::move(p));
   }
   return plots;
-}
-
-std::string base64(const std::string& in) {
-  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], t[v & 63]};
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint8_t(in[i]) << 16;
-    out += {t[v >> 18], t[(v >> 12) & 63], '=', '='};
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += {t[v >> 18], t[(v >> 12) & 63], t[(v >> 6) & 63], '='};
-  }
-  return out;
 }
 
 std::string html_escape(const std::string& s) {
@@ -360,7 +342,7 @@ ReportSummary write_report(const std::vector<RunRecord>& runs, const std::string
     summary.plots.push_back(p.name);
     summary.pngs.push_back(png);
     figures += cat("<figure id=\"plot-", p.name, "\"><img alt=\"", html_escape(p.title), "\" width=\"", o.width,
-                   "\" height=\"", o.height, "\" src=\"data:image/svg+xml;base64,", base64(svg), "\"></figure>\n");
+                   "\" height=\"", o.height, "\" src=\"data:image/svg+xml;base64,", data::encode_base64(svg), "\"></figure>\n");
   }
 
   std::string legend, configs, envs, table;

@@ -26,14 +26,11 @@ int64_t apply_profile_plan(mm::nn::Module& root) {
       at::Tensor y;
       {
         tools::TraceScope scope(path, "module", {{"type", type}, {"pass", "forward"}});
-        Trace::module_stack().push_back(path);
-        try {
-          y = next(x, ctx);
-        } catch (...) {
-          Trace::module_stack().pop_back();
-          throw;
-        }
-        Trace::module_stack().pop_back();
+        struct Enclosing {  // the operators inside name this block (with_stack)
+          explicit Enclosing(const std::string& p) { Trace::module_stack().push_back(p); }
+          ~Enclosing() { Trace::module_stack().pop_back(); }
+        } enclosing(path);
+        y = next(x, ctx);
       }
       // Backward: from the output's gradient arriving to the input's being complete.
       if (at::GradMode::is_enabled() && y.requires_grad() && x.requires_grad()) {
