@@ -25,6 +25,7 @@ void add_init_command(CLI::App& app);
 void add_judge_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_memory_command(CLI::App& app);
 // Registers what runs when subcommand `cmd` is the one chosen.
 void register_action(CLI::App* cmd, std::function<int()> fn);
 int run_selected(CLI::App& app);

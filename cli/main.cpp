@@ -34,11 +34,12 @@ int main(int argc, char** argv) {
   mm::cli::add_judge_command(app);
   mm::cli::add_convert_command(app);
   mm::cli::add_report_command(app);
+  mm::cli::add_memory_command(app);
   try {
     // `mm train` and `mm flops` take Megatron's flags (--tensor-model-parallel-size 2 ...) as
     // overrides: rewritten to key=value before parsing; a misspelt flag gets a did-you-mean.
     std::vector<std::string> args(argv, argv + argc);
-    if (argc > 1 && (args[1] == "train" || args[1] == "flops")) {
+    if (argc > 1 && (args[1] == "train" || args[1] == "flops" || args[1] == "memory")) {
       std::vector<std::string> own = {"--help"};
       for (const CLI::Option* o : app.get_subcommand(args[1])->get_options())
         for (const std::string& n : o->get_lnames()) own.push_back("--" + n);

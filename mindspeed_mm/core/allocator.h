@@ -1,6 +1,8 @@
 // Host allocator settings for training processes.
 #pragma once
 
+#include <cstdint>
+
 namespace mm {
 
 // Keeps freed activation memory in the process between steps. glibc's defaults return large
@@ -9,7 +11,19 @@ namespace mm {
 // bench/README.md). Allocations above 64 MiB still use mmap, and up to 1 GiB of free heap is kept
 // before trimming: the behaviour of a caching allocator, for the price of a higher resident size.
 // MM_HOST_ALLOCATOR=system in the environment leaves glibc's defaults.
+// Also installs the counting CPU tensor allocator below.
 void configure_host_allocator();
+
+// libtorch's CPU tensors come from a counting allocator once this ran (idempotent; tensors made
+// before keep their own deleters and are not counted): the bytes of live CPU tensors now and at
+// their peak since reset_peak_tensor_bytes, the CPU's counterpart of the CUDA caching allocator's
+// "allocated". Memory libtorch takes outside its CPU allocator (oneDNN scratch pads, pinned
+// buffers) is not in it. Thread-safe; costs two atomic updates per allocation.
+void count_cpu_tensor_memory();
+bool counting_cpu_tensor_memory();
+int64_t cpu_tensor_bytes();
+int64_t peak_cpu_tensor_bytes();
+void reset_peak_cpu_tensor_bytes();
 
 // This process's resident memory now (Linux /proc/self/statm), in bytes; 0 when unknown.
 long long resident_bytes();

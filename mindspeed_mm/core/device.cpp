@@ -124,9 +124,29 @@ MemoryStats memory_stats(const at::Device& device) {
   }
 #endif
   (void)device;
-  m.allocated = m.reserved = resident_bytes();
-  m.peak_allocated = m.peak_reserved = std::max<int64_t>(peak_resident_bytes(), m.allocated);
+  m.reserved = resident_bytes();
+  m.peak_reserved = std::max<int64_t>(peak_resident_bytes(), m.reserved);
+  if (counting_cpu_tensor_memory()) {
+    m.allocated = cpu_tensor_bytes();
+    m.peak_allocated = peak_cpu_tensor_bytes();
+  } else {
+    m.allocated = m.reserved;
+    m.peak_allocated = m.peak_reserved;
+  }
   return m;
+}
+
+int64_t allocated_bytes(const at::Device& device) {
+#ifdef MM_WITH_CUDA
+  if (device.is_cuda()) {
+    using c10::CachingDeviceAllocator::StatType;
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index())
+        .allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)]
+        .current;
+  }
+#endif
+  (void)device;
+  return counting_cpu_tensor_memory() ? cpu_tensor_bytes() : resident_bytes();
 }
 
 void reset_peak_memory(const at::Device& device) {
@@ -137,6 +157,7 @@ void reset_peak_memory(const at::Device& device) {
   }
 #endif
   (void)device;
+  reset_peak_cpu_tensor_bytes();
   // "5" resets the peak resident size (Linux 4.0+); without permission the peak stays the run's.
   if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
     std::fputs("5", f);

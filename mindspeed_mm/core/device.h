@@ -33,15 +33,18 @@ at::Tensor to_device(const at::Tensor& t, const at::Device& device);
 // "cpu" or "cuda:0 (NVIDIA H200, 139.8 GiB)".
 std::string describe_device(const at::Device& device);
 
-// Memory now and at its peak since the last reset_peak_memory. CPU: the process's resident set
-// (/proc/self/statm) and its high-water mark (VmHWM, which reset_peak_memory clears through
-// /proc/self/clear_refs); `allocated` and `reserved` are the resident size. CUDA: the caching
-// allocator's allocated and reserved bytes on the device. Zeros where unknown.
+// Memory now and at its peak since the last reset_peak_memory. `allocated`: the bytes of live
+// tensors (CUDA: the caching allocator's; CPU: the counting allocator's of core/allocator.h, or
+// the resident set where that is not installed). `reserved`: CUDA: what the caching allocator
+// holds from the driver; CPU: the process's resident set (/proc/self/statm) and its high-water
+// mark (VmHWM, which reset_peak_memory clears through /proc/self/clear_refs). Zeros where unknown.
 struct MemoryStats {
   int64_t allocated = 0, peak_allocated = 0;
   int64_t reserved = 0, peak_reserved = 0;
 };
 MemoryStats memory_stats(const at::Device& device);
+// memory_stats(device).allocated, cheaply (no /proc read): for sampling often.
+int64_t allocated_bytes(const at::Device& device);
 void reset_peak_memory(const at::Device& device);
 
 }  // namespace mm

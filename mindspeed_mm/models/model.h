@@ -12,11 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mindspeed_mm/core/module.h"
 #include "mindspeed_mm/data/batch.h"
+#include "mindspeed_mm/models/memory.h"
 
 namespace mm::models {
 
@@ -98,6 +100,14 @@ class Model : public mm::nn::Module {
   virtual std::vector<std::pair<std::string, double>> training_flops_by_part(const data::Batch& host) const;
   // What a run's first lines say about its cost ("1.25 MFLOP per text token").
   virtual std::string cost_summary(int64_t seq_len) const = 0;
+
+  // The activations one micro-batch's forward leaves for backward on a rank of layout q, from the
+  // host batch's shapes (models/memory.h); nullopt for a model that has no estimate.
+  virtual std::optional<ActivationEstimate> estimate_activations(const data::Batch& host, const MemoryQuery& q) const {
+    (void)host;
+    (void)q;
+    return std::nullopt;
+  }
 
   // Pipeline pieces (see PipelineSubmodule); a model without them cannot be pipelined.
   virtual std::vector<PipelineSubmodule> pipeline_submodules() const { return {}; }

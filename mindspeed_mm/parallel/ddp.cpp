@@ -86,6 +86,7 @@ void DistributedDataParallel::finish_backward() {
       else p.mutable_grad() = reduced.clone();
       off += n;
     }
+    b.flat = at::Tensor();  // the gradients hold copies: the bucket's memory is free until the next backward
     b.pending = static_cast<int>(b.params.size());
   }
 }

@@ -109,6 +109,24 @@ void Trace::stop() {
   }
 }
 
+namespace {
+std::function<int64_t()> g_memory_source;  // set outside windows only
+
+int64_t live_tensor_bytes() { return g_memory_source ? g_memory_source() : -1; }
+
+void add_memory_sample(double ts, int64_t bytes) {
+  TraceEvent c;
+  c.ph = 'C';
+  c.name = "tensor memory";
+  c.cat = "memory";
+  c.ts_us = ts;
+  c.args = {{"MiB", static_cast<double>(bytes) / 1048576.0}};
+  Trace::add(std::move(c));
+}
+}  // namespace
+
+void Trace::set_memory_source(std::function<int64_t()> source) { g_memory_source = std::move(source); }
+
 void Trace::add(TraceEvent e) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_events.push_back(std::move(e));
@@ -136,8 +154,9 @@ void Trace::write(const std::string& path, int rank) {
       put({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", tid}, {"args", {{"name", name}}}});
   }
   for (const TraceEvent& e : events) {
-    nlohmann::json j = {{"name", e.name}, {"cat", e.cat}, {"ph", "X"},        {"ts", e.ts_us},
-                        {"dur", e.dur_us}, {"pid", rank}, {"tid", e.tid}};
+    nlohmann::json j = {{"name", e.name}, {"cat", e.cat}, {"ph", std::string(1, e.ph)}, {"ts", e.ts_us},
+                        {"pid", rank}, {"tid", e.tid}};
+    if (e.ph == 'X') j["dur"] = e.dur_us;
     if (e.args.is_object()) j["args"] = e.args;
     put(j);
   }
@@ -153,6 +172,10 @@ TraceScope::TraceScope(std::string name, const char* cat, nlohmann::json args) :
   name_ = std::move(name);
   args_ = std::move(args);
   t0_ = Trace::now_us();
+  if (cat_[0] == 'p' || cat_[0] == 'm') {  // phase, module
+    mem0_ = live_tensor_bytes();
+    if (mem0_ >= 0) add_memory_sample(t0_, mem0_);
+  }
 }
 
 TraceScope::~TraceScope() {
@@ -164,6 +187,12 @@ TraceScope::~TraceScope() {
   e.dur_us = Trace::now_us() - t0_;
   e.tid = Trace::thread_id();
   e.args = std::move(args_);
+  if (mem0_ >= 0) {
+    const int64_t mem1 = live_tensor_bytes();
+    if (!e.args.is_object()) e.args = nlohmann::json::object();
+    e.args["tensor_mib_delta"] = static_cast<double>(mem1 - mem0_) / 1048576.0;
+    add_memory_sample(e.ts_us + e.dur_us, mem1);
+  }
   Trace::add(std::move(e));
 }
 

@@ -14,12 +14,14 @@
 #include <atomic>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace mm::tools {
 
 struct TraceEvent {
+  char ph = 'X';  // 'X': a complete event; 'C': a counter sample (args: {"MiB": live tensors})
   std::string name;
   std::string cat;  // phase | module | comm | op
   double ts_us = 0, dur_us = 0;
@@ -42,6 +44,10 @@ class Trace {
   // The enclosing module ranges of this thread ("model.layers.3"), innermost last.
   static std::vector<std::string>& module_stack();
   static int thread_id();
+  // Live tensor bytes on the training device (set by the profile window; none: no memory track).
+  // Phase and module ranges then carry their change of it ("tensor_mib_delta": a block's forward
+  // leaves what backward will need) and a "tensor memory" counter track is sampled at their ends.
+  static void set_memory_source(std::function<int64_t()> source);
 
  private:
   static std::atomic<bool> on_;
@@ -62,6 +68,7 @@ class TraceScope {
   const char* cat_;
   nlohmann::json args_;
   double t0_ = 0;
+  int64_t mem0_ = -1;
 };
 
 // The end-of-window summary: time by phase, by module type (the name before the path, e.g.

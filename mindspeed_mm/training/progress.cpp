@@ -142,7 +142,7 @@ void ProgressReporter::step(const StepMetrics& m) {
   if (m.skipped_samples > 0) std::snprintf(skipped, sizeof(skipped), " | skipped %lld", static_cast<long long>(m.skipped_samples));
   char mem[64] = "";
   if (m.mem_peak_reserved_bytes > 0)
-    std::snprintf(mem, sizeof(mem), " | mem %s (reserved %s)", format_bytes(m.mem_peak_bytes).c_str(),
+    std::snprintf(mem, sizeof(mem), " | mem %s (%s %s)", format_bytes(m.mem_peak_bytes).c_str(), m.mem_reserved_label,
                   format_bytes(m.mem_peak_reserved_bytes).c_str());
   else if (m.mem_peak_bytes > 0)
     std::snprintf(mem, sizeof(mem), " | mem %s", format_bytes(m.mem_peak_bytes).c_str());

@@ -20,10 +20,11 @@ struct StepMetrics {
   int64_t tokens = 0;
   double comm_s = 0;            // waiting for collectives in this step (distributed runs)
   int64_t skipped_samples = 0;  // bad samples the data loader skipped so far (shown when > 0)
-  // Memory at the step's end and its peak during the step (mm::memory_stats: the CPU's resident
-  // set, or CUDA's caching allocator, whose reserved bytes are > 0 only there).
+  // Memory at the step's end and its peak during the step (mm::memory_stats): live tensor bytes,
+  // and what the process holds (CUDA: the caching allocator's reserved bytes; CPU: the resident set).
   int64_t mem_bytes = 0, mem_peak_bytes = 0;
   int64_t mem_reserved_bytes = 0, mem_peak_reserved_bytes = 0;
+  const char* mem_reserved_label = "reserved";  // "rss" on the CPU: the process's resident set
 };
 
 class ProgressReporter {

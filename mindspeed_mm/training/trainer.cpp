@@ -75,6 +75,7 @@ class Run {
   std::unique_ptr<ProfileWindow> profile_;
   double peak_tflops_ = 0;  // tools.peak_tflops, else a known GPU's bf16 datasheet peak (bf16 runs)
   int64_t peak_seen_ = 0;  // CPU: the largest resident peak before each step's reset
+  int64_t step_tensor_peak_ = 0;  // live tensors at their peak in any step (what `mm memory` estimates)
   const at::Device device_;
   data::TrainData data_;                   // both made in prepare(), before par_ joins the ranks
   std::shared_ptr<models::Model> model_;
@@ -107,7 +108,7 @@ class Run {
 Run::Run(const config::Config& cfg)
     : cfg_(cfg),
       tc_(cfg.training),
-      start_rss_(mm::resident_bytes()),  // libtorch and its CUDA libraries alone: the same for any model
+      start_rss_((mm::count_cpu_tensor_memory(), mm::resident_bytes())),  // libtorch and its CUDA libraries alone: the same for any model
       device_(resolve_device(tc_.device, parallel::DistEnv::from_environment().local_rank, "training.device")),
       par_(cfg.parallel, parallel::DistEnv::from_environment(), device_, [this](const TrainParallel& p) { prepare(p); }) {
   setup_model();
@@ -234,12 +235,14 @@ void Run::setup_model() {
   profile_ = std::make_unique<ProfileWindow>(cfg_.tools.profile, par_.env().rank,
                                              tc_.save_dir.empty() ? "profile" : (fs::path(tc_.save_dir) / "profile").string(),
                                              model_->parts(), peak_tflops_);
-  if (profile_->active())
+  if (profile_->active()) {
+    tools::Trace::set_memory_source([dev = device_] { return allocated_bytes(dev); });
     log::info("plan: profiling steps ", cfg_.tools.profile.start_step, "-",
               cfg_.tools.profile.start_step + cfg_.tools.profile.steps - 1, " (", apply_profile_plan(*model_),
               " blocks as ranges) into ", profile_->trace_path());
-  else
+  } else {
     profile_.reset();
+  }
   int64_t trainable = 0;
   for (auto& p : model_->parameters())
     if (p.requires_grad()) trainable += p.numel();
@@ -287,7 +290,7 @@ void Run::warn_unread_fields(const data::Batch& b) {
 void Run::step() {
   // Each step's own peak. On the CPU that resets the process's high-water mark, so the run's
   // (loading, the previous steps) is kept in peak_seen_ for the final report.
-  if (!device_.is_cuda()) peak_seen_ = std::max(peak_seen_, memory_stats(device_).peak_allocated);
+  if (!device_.is_cuda()) peak_seen_ = std::max(peak_seen_, memory_stats(device_).peak_reserved);
   reset_peak_memory(device_);
   const auto t0 = std::chrono::steady_clock::now();
   const double comm0 = parallel::Communicator::wait_seconds();
@@ -364,10 +367,10 @@ void Run::step() {
   const MemoryStats mem = memory_stats(device_);
   sm.mem_bytes = mem.allocated;
   sm.mem_peak_bytes = mem.peak_allocated;
-  if (device_.is_cuda()) {
-    sm.mem_reserved_bytes = mem.reserved;
-    sm.mem_peak_reserved_bytes = mem.peak_reserved;
-  }
+  step_tensor_peak_ = std::max(step_tensor_peak_, mem.peak_allocated);
+  sm.mem_reserved_bytes = mem.reserved;
+  sm.mem_peak_reserved_bytes = mem.peak_reserved;
+  sm.mem_reserved_label = device_.is_cuda() ? "reserved" : "rss";
   tokens_total += r.input_tokens;
   time_total += dt;
   progress_->step(sm);
@@ -468,10 +471,21 @@ void Run::finish(TrainSummary& summary) {
   getrusage(RUSAGE_SELF, &ru);
   // Linux reports KiB. On the CPU the steps reset the high-water mark: the run's is the largest seen.
   const int64_t peak = std::max({static_cast<int64_t>(ru.ru_maxrss) * 1024, peak_seen_,
-                                 device_.is_cuda() ? int64_t(0) : memory_stats(device_).peak_allocated});
+                                 device_.is_cuda() ? int64_t(0) : memory_stats(device_).peak_reserved});
   progress_->event(cat("peak resident memory of rank ", par_.env().rank, ": ", fixed(peak / 1048576.0, 1), " MiB (",
                        fixed(start_rss_ / 1048576.0, 1), " MiB before the run: the engine's libraries)"),
                    {{"iter", state_.iteration}, {"peak_rss_bytes", peak}, {"start_rss_bytes", start_rss_}});
+  // Every rank's peak of live tensors in the steps (a collective), the figure `mm memory` estimates.
+  const auto peaks = par_.world_gather({static_cast<double>(step_tensor_peak_)});
+  std::vector<int64_t> per_rank;
+  std::string listed;
+  for (size_t r = 0; r < peaks.size(); ++r) {
+    per_rank.push_back(static_cast<int64_t>(peaks[r][0]));
+    listed += cat(r ? ", " : "", fixed(peaks[r][0] / 1048576.0, 2));
+  }
+  if (!per_rank.empty() && per_rank.front() > 0)
+    progress_->event(cat("peak tensor memory in the steps (MiB) by rank: ", listed),
+                     {{"iter", state_.iteration}, {"peak_tensor_bytes_per_rank", per_rank}});
   if (profile_) profile_->finish();
   // No rank leaves while others still communicate: rank 0 hosts the store every collective
   // reports to, and a pipeline stage's last exchanges can outlast rank 0's export.

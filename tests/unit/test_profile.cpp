@@ -44,6 +44,12 @@ std::map<std::string, std::vector<json>> load_trace(const std::string& path) {
   for (const json& e : t["traceEvents"]) {
     EXPECT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid") && e.contains("name")) << e.dump();
     if (e["ph"] == "M") continue;
+    if (e["ph"] == "C") {  // the tensor memory track: a sample of live tensor bytes
+      EXPECT_EQ(e["cat"], "memory") << e.dump();
+      EXPECT_GT(e["args"]["MiB"].get<double>(), 0.0) << e.dump();
+      by_cat["memory"].push_back(e);
+      continue;
+    }
     EXPECT_EQ(e["ph"], "X") << e.dump();
     EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
     by_cat[e["cat"].get<std::string>()].push_back(e);
@@ -103,6 +109,13 @@ TEST(Profile, TextRunTraceHasPhasesBlocksAndOperators) {
   for (const json& e : by_cat["module"]) ranges.insert(e["name"].get<std::string>() + " " + e["args"]["pass"].get<std::string>());
   EXPECT_EQ(ranges, (std::set<std::string>{"model.layers.0 forward", "model.layers.0 backward", "model.layers.1 forward",
                                            "model.layers.1 backward"}));
+  // The memory track: a layer's forward leaves its saved activations (grows live tensor bytes),
+  // and backward gives them back; a sample at both ends of every phase and forward range.
+  EXPECT_GE(by_cat["memory"].size(), 2 * (by_cat["phase"].size()));
+  for (const json& e : by_cat["module"])
+    if (e["args"]["pass"] == "forward") EXPECT_GT(e["args"]["tensor_mib_delta"].get<double>(), 0.0) << e.dump();
+  for (const json& e : by_cat["phase"])
+    if (e["name"] == "backward") EXPECT_LT(e["args"]["tensor_mib_delta"].get<double>(), 0.0) << e.dump();
   // Operators with their input shapes and, inside a block, the block's path.
   bool mm_in_block = false;
   for (const json& e : by_cat["op"]) {

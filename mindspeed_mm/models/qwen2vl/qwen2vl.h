@@ -59,6 +59,8 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   // in Qwen2 with the features placed into its embeddings.
   std::vector<PipelineSubmodule> pipeline_submodules() const override;
   void pipeline_forward(size_t submodule, int64_t begin, int64_t end, Outputs& carry, const data::Batch& batch) override;
+  // qwen2vl_memory.cpp: the vision tower's and the merger's saved tensors, then Qwen2's.
+  std::optional<ActivationEstimate> estimate_activations(const data::Batch& host, const MemoryQuery& q) const override;
   std::vector<ModelPart> parts() const override {
     return {{"vision_tower", "visual."}, {"projector", "visual.merger."}, {"language_model", ""}};
   }

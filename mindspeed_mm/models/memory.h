@@ -1,0 +1,43 @@
+// What a model's forward leaves in memory for its backward, estimated from a batch's shapes and a
+// parallel layout before any run (`mm memory`, training/memory_estimate.h). Each model family
+// counts the tensors its own code saves, block by block, so that a new family adds its estimate
+// beside its forward; the training side adds parameters, gradients, optimizer state and the
+// schedule. Sizes are bytes of one micro-batch on one rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mm::models {
+
+// The layout one rank runs the model in.
+struct MemoryQuery {
+  int64_t tp = 1;                  // tensor-parallel degree (heads, MLP width and, with
+  bool sequence_parallel = false;  // a vocabulary plan, the logits split over it)
+  bool vocab_parallel = false;     // logits split along the vocabulary (the plan's vocab_head/vocab_tied)
+  // Whether this rank runs a block (pipeline stages hold some; null: every block), and whether it
+  // runs the model's first piece (embeddings, vision tower) and its last (the loss head).
+  std::function<bool(const std::string& block)> runs;
+  bool first_stage = true, last_stage = true;
+  bool runs_block(const std::string& b) const { return !runs || runs(b); }
+};
+
+struct ActivationEstimate {
+  // A block's forward: the bytes it leaves for backward, its output included (the next block's
+  // input). Recomputed, a block keeps only its output, and backward rebuilds the rest one block at
+  // a time.
+  // backward_work: the gradients alive at once inside its backward (the MLP's, widest), on top.
+  struct Block {
+    std::string path;
+    int64_t saved = 0, output = 0, backward_work = 0;
+  };
+  std::vector<Block> blocks;  // those this rank runs, in forward order
+  int64_t before = 0;         // outside the blocks, before them: embeddings, rotary tables, masks
+  int64_t after = 0;          // after them: the final norm, logits and what the loss saves
+  int64_t backward_extra = 0; // made at the start of backward on top (the loss's gradients)
+  std::vector<std::pair<std::string, int64_t>> notes;  // named terms, for the report ("logits": bytes)
+};
+
+}  // namespace mm::models

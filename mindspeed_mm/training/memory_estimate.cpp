@@ -1,0 +1,228 @@
+#include "mindspeed_mm/training/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "mindspeed_mm/core/allocator.h"
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/pattern.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/training/model_builder.h"
+#include "mindspeed_mm/training/parallel_setup.h"
+#include "mindspeed_mm/training/parallelize.h"
+#include "mindspeed_mm/training/pipeline.h"
+#include "mindspeed_mm/training/plans.h"
+#include "mindspeed_mm/training/tensor_parallel_plan.h"
+
+namespace mm::training {
+
+namespace {
+
+int64_t batch_bytes(const data::Batch& b) {
+  int64_t n = 0;
+  for (const auto& f : b.fields())
+    if (f.tensor.defined()) n += f.tensor.numel() * static_cast<int64_t>(f.tensor.element_size());
+  return n;
+}
+
+// Tokens a batch's activations scale with: its rows' positions, and a vision tower's patches.
+int64_t batch_size_key(const data::Batch& b) {
+  int64_t n = 0;
+  for (const auto& f : b.fields())
+    if (f.tensor.defined() && f.tensor.is_floating_point()) n += f.tensor.numel();
+  if (b.has(data::kInputIds)) n += b[data::kInputIds].numel();
+  return n;
+}
+
+std::string describe_layout(const parallel::MeshShape& m, bool zero1, bool sp) {
+  std::vector<std::string> parts;
+  if (m.pp > 1) parts.push_back(cat("pp ", m.pp));
+  if (m.dp_replicate > 1) parts.push_back(cat(m.dp_shard > 1 ? "replicate " : "ddp ", m.dp_replicate, zero1 ? " (ZeRO-1)" : ""));
+  if (m.dp_shard > 1) parts.push_back(cat("fsdp ", m.dp_shard));
+  if (m.tp > 1) parts.push_back(cat("tp ", m.tp, sp ? " (sequence parallel)" : ""));
+  if (parts.empty()) return "one process";
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? " x " : "") + parts[i];
+  return s;
+}
+
+std::string mib(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
+  return buf;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches) {
+  const auto& pc = cfg.parallel;
+  if (world <= 0)
+    world = static_cast<int>(pc.pipeline_parallel_size * pc.data_parallel_replicate_size *
+                             std::max<int64_t>(1, pc.data_parallel_shard_size) * pc.context_parallel_size *
+                             pc.tensor_parallel_size);
+  const parallel::MeshShape mesh = resolve_mesh_shape(pc, world);
+  if (mesh.cp > 1) throw ConfigError("mm memory: parallel.context_parallel_size other than 1 is not built yet");
+  if (cfg.features.lora.enabled()) throw ConfigError("mm memory: features.lora is not estimated yet (LoRA runs print their memory at the first step)");
+  if (!cfg.model.encoders.id.empty())
+    throw ConfigError("mm memory: model.encoders (online encoders) are not estimated yet");
+  const int dp = mesh.dp_replicate * mesh.dp_shard;
+  const config::TrainingConfig tc = resolve_global_batch(cfg.training, dp);
+  const int64_t micro = tc.gradient_accumulation_steps;
+
+  MemoryEstimate out;
+  out.model = cfg.model.id;
+  out.world = world;
+  out.layout = describe_layout(mesh, pc.distributed_optimizer, pc.sequence_parallel);
+
+  // The data as rank 0 of the data-parallel group reads it: what it holds once open (measured)
+  // and the largest of the first batches.
+  count_cpu_tensor_memory();
+  const int64_t before_data = cpu_tensor_bytes();
+  data::DataContext ctx;
+  ctx.micro_batch_size = tc.micro_batch_size;
+  ctx.rank = 0;
+  ctx.world = dp;
+  config::DataConfig dc = cfg.data;
+  if (pc.sequence_parallel) dc.pad_to_multiple_of = std::lcm(dc.pad_to_multiple_of, static_cast<int64_t>(mesh.tp));
+  data::TrainData data = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(dc, ctx);
+  const int64_t opened = cpu_tensor_bytes() - before_data;
+  std::vector<data::Batch> seen;
+  for (int i = 0; i < std::max(1, batches); ++i) seen.push_back(data.train->next());
+  const auto largest = std::max_element(seen.begin(), seen.end(), [](const data::Batch& a, const data::Batch& b) {
+    return batch_size_key(a) < batch_size_key(b);
+  });
+  const data::Batch batch = *largest;
+  // The dataset's own tensors as it opened (a text corpus's tokens), a step's micro-batches and,
+  // through the threaded loader, those it prefetches.
+  const bool threaded = cfg.data.dataset != "text" && cfg.data.num_workers > 0;
+  const int64_t data_bytes = opened + (micro + (threaded ? cfg.data.prefetch : 0)) * batch_bytes(batch);
+  if (batch.has(data::kInputIds)) {
+    const auto& ids = batch[data::kInputIds];
+    out.batch = cat(ids.size(0), " x ", ids.size(-1), " tokens");
+  } else {
+    out.batch = "the first batches' largest";
+  }
+
+  // The model without storage, frozen as the run freezes it.
+  auto model = build_model(cfg.model, data, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);
+  check_parallel_layout(*model, cfg, mesh);
+  freeze_parts(*model, cfg.model);
+  if (!cfg.features.freeze.empty()) apply_freeze_plan(*model, cfg.features.freeze);
+  const models::PlanTable plans = model->plans();
+  TpLayout tp;
+  if (mesh.tp > 1) tp = tensor_parallel_splits(*model, plans.tensor_parallel, mesh.tp);
+  std::optional<PipelineLayout> pipe;
+  if (mesh.pp > 1)
+    pipe = make_pipeline_layout(*model, pc.pipeline_num_layers, mesh.pp, resolve_virtual_pipeline_size(*model, pc));
+  const auto recompute = compile_patterns(cfg.features.recompute);
+  const bool fsdp = mesh.dp_shard > 1, ddp = mesh.dp_replicate > 1 && !fsdp;
+  const bool zero1 = pc.distributed_optimizer && ddp;
+  if (tc.precision == "bf16")
+    out.notes.push_back("training.precision bf16: activations are counted as fp32 ones halved (the estimate is "
+                        "measured in fp32 only)");
+
+  for (int stage = 0; stage < mesh.pp; ++stage) {
+    RankMemory r;
+    r.role = mesh.pp > 1 ? cat("stage ", stage) : "every rank";
+    for (int rank = 0; rank < world; ++rank)
+      if (rank / (world / mesh.pp) == stage) r.ranks.push_back(rank);
+    // Parameters, gradients (fp32 for every trainable one) and AdamW's two moments.
+    int64_t unit_max = 0;
+    for (const auto& [name, p] : model->named_parameters()) {
+      if (pipe && !pipe->held_by(name, stage)) continue;
+      int64_t n = p.numel();
+      if (tp.split(name)) n /= mesh.tp;
+      if (fsdp) n = (n + mesh.dp_shard - 1) / mesh.dp_shard;
+      r.params += n * static_cast<int64_t>(p.element_size());
+      if (!p.requires_grad()) continue;
+      r.grads += n * 4;
+      r.optimizer += (zero1 ? (n + dp - 1) / dp : n) * 8;
+      if (zero1) r.params += (n + dp - 1) / dp * 4;  // the shard the optimizer updates, gathered after
+      unit_max = std::max(unit_max, n * mesh.dp_shard * 4);
+    }
+    r.data = data_bytes;
+
+    // Activations of one micro-batch on this stage, then the schedule's.
+    models::MemoryQuery q;
+    q.tp = mesh.tp;
+    q.sequence_parallel = pc.sequence_parallel;
+    q.vocab_parallel = tp.vocab_parallel_logits;
+    if (pipe) {
+      std::vector<std::string> held;
+      for (int c = 0; c < pipe->num_chunks(); ++c) {
+        if (pipe->stage_of(c) != stage) continue;
+        for (const auto& piece : pipe->chunks[static_cast<size_t>(c)]) {
+          std::string prefix = pipe->submodules[piece.submodule].layer_prefix;
+          for (int64_t j = piece.begin; j < piece.end; ++j) held.push_back(prefix + std::to_string(j));
+        }
+      }
+      q.runs = [held](const std::string& block) {
+        return std::find(held.begin(), held.end(), block + ".") != held.end() ||
+               std::find(held.begin(), held.end(), block) != held.end();
+      };
+      q.first_stage = stage == 0;
+      q.last_stage = stage == mesh.pp - 1;
+    }
+    const auto est = model->estimate_activations(batch, q);
+    if (!est) throw ConfigError(cat("mm memory: model ", cfg.model.id, " has no activation estimate yet"));
+    // Backward meets the blocks last to first: the last one's rebuilt activations (recomputed)
+    // and its gradients come on top of everything before it.
+    int64_t one = est->before + est->after, rebuilt = 0, work = 0;
+    for (const auto& b : est->blocks) {
+      const bool again = matches_any(recompute, b.path);
+      one += again ? b.output : b.saved;
+      rebuilt = again ? b.saved - b.output : 0;
+      work = b.backward_work;
+    }
+    r.terms = est->notes;
+    r.terms.emplace_back("blocks (all of this stage's, one micro-batch)", one - est->before - est->after);
+    if (tc.precision == "bf16") one /= 2;
+    int in_flight = 1;
+    if (pipe) in_flight = max_in_flight(pipeline_schedule(stage, mesh.pp, static_cast<int>(micro), pipe->virtual_chunks));
+    const int64_t chunks_here = pipe ? pipe->virtual_chunks : 1;
+    r.activations = one * in_flight / chunks_here + est->backward_extra;
+    r.backward_extra = est->backward_extra;
+    r.transient = rebuilt + work;
+    // FSDP gathers a unit (and prefetches the next) for forward, and holds its full gradients in
+    // backward before the reduce-scatter.
+    if (fsdp) r.transient += unit_max * (1 + std::max<int64_t>(0, pc.fsdp.prefetch)) * 2;
+
+    const int64_t base = r.params + r.optimizer + r.data;
+    const bool grads_during_forward = micro > 1;  // earlier micro-batches' gradients (pipelines too)
+    const int64_t forward_end = base + r.activations + (grads_during_forward ? r.grads : 0) + (fsdp ? r.transient : 0);
+    const int64_t rebuild =
+        base + r.activations - est->after - est->backward_extra + rebuilt + work + (grads_during_forward ? r.grads : 0);
+    const int64_t backward_end = base + r.grads * (ddp ? 2 : 1) + (fsdp ? r.transient : 0);
+    r.peak = std::max({forward_end, rebuild, backward_end});
+    r.peak_at = r.peak == forward_end ? "forward's end" : r.peak == rebuild ? "the last block's backward" : "backward's end";
+    out.ranks.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string format_memory_estimate(const MemoryEstimate& e) {
+  std::string s = cat("memory estimate: ", e.model, ", ", e.layout, " on ", e.world, " rank", e.world > 1 ? "s" : "",
+                      ", micro-batch ", e.batch, "\n");
+  for (const auto& r : e.ranks) {
+    std::string ranks;
+    if (r.ranks.size() > 1 && r.ranks.size() < static_cast<size_t>(e.world)) {
+      for (size_t i = 0; i < r.ranks.size(); ++i) ranks += (i ? "," : " (ranks ") + std::to_string(r.ranks[i]);
+      ranks += ")";
+    }
+    s += cat(r.role, ranks, ":\n");
+    s += cat("  parameters          ", mib(r.params), "\n");
+    s += cat("  gradients           ", mib(r.grads), "\n");
+    s += cat("  optimizer state     ", mib(r.optimizer), "\n");
+    s += cat("  data                ", mib(r.data), "\n");
+    s += cat("  activations         ", mib(r.activations), "\n");
+    for (const auto& [name, b] : r.terms) s += cat("    ", name, ": ", mib(b), "\n");
+    if (r.transient > 0) s += cat("  transient           ", mib(r.transient), "\n");
+    s += cat("  peak                ", mib(r.peak), " (at ", r.peak_at, ")\n");
+  }
+  for (const auto& n : e.notes) s += "note: " + n + "\n";
+  return s;
+}
+
+}  // namespace mm::training

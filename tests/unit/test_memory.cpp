@@ -1,0 +1,119 @@
+// `mm memory` against what the runs measure: each rank's peak of live tensors in the steps (the
+// counting CPU allocator, core/allocator.h), within 15%, on the quickstarts (text: Debian's
+// fortunes; vision-language: Fashion-MNIST) and the parallel test layouts of dist_train_runs.h
+// (DDP, ZeRO-1, FSDP, tensor and sequence parallel, pipeline, recompute, gradient accumulation).
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "dist_train_runs.h"
+#include "mindspeed_mm/core/allocator.h"
+#include "run_command.h"
+
+namespace {
+
+using mm::test::read_file;
+using mm::test::run_command;
+using json = nlohmann::json;
+
+struct Compared {
+  std::vector<double> estimated, measured;  // by world rank
+  std::string text;
+};
+
+// `mm memory` and a 4-step `mm train` of the same config and overrides on `ranks` processes.
+Compared compare(const std::string& name, const std::string& cfg, int ranks, const std::string& overrides,
+                 const std::string& dir) {
+  Compared c;
+  const std::string mm = mm::test::mm_binary();
+  std::string slug;
+  for (char ch : name) slug += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  const std::string est_path = dir + "/" + slug + ".estimate.json", metrics = dir + "/" + slug + ".jsonl";
+  auto e = run_command(mm + " memory " + cfg + " " + overrides + " --world " + std::to_string(ranks) + " --json " + est_path);
+  EXPECT_EQ(e.exit_code, 0) << name << "\n" << e.output;
+  if (e.exit_code != 0) return c;
+  const json est = json::parse(read_file(est_path));
+  c.estimated.assign(static_cast<size_t>(ranks), 0);
+  for (const auto& r : est["ranks"])
+    for (int rank : r["ranks"].get<std::vector<int>>()) c.estimated[static_cast<size_t>(rank)] = r["peak"].get<double>();
+  const std::string cmd = (ranks > 1 ? mm::test::mm_launch(ranks) : std::string()) + mm + " train " + cfg + " " +
+                          overrides + " training.train_iters=4 training.save_interval=0 training.eval_interval=0 "
+                          "training.save_dir=" + dir + "/" + slug + "_run training.metrics_file=" + metrics +
+                          " tools.progress=lines";
+  auto t = run_command(cmd);
+  EXPECT_EQ(t.exit_code, 0) << cmd << "\n" << t.output;
+  std::istringstream in(read_file(metrics));
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.contains("peak_tensor_bytes_per_rank")) c.measured = j["peak_tensor_bytes_per_rank"].get<std::vector<double>>();
+  }
+  EXPECT_EQ(c.measured.size(), static_cast<size_t>(ranks)) << name << "\n" << t.output;
+  char line[256];
+  for (size_t r = 0; r < c.measured.size(); ++r) {
+    std::snprintf(line, sizeof line, "%-34s rank %zu: estimated %8.2f MiB, measured %8.2f MiB (%+.1f%%)\n",
+                  name.c_str(), r, c.estimated[r] / 1048576.0, c.measured[r] / 1048576.0,
+                  100.0 * (c.estimated[r] - c.measured[r]) / c.measured[r]);
+    c.text += line;
+    EXPECT_NEAR(c.estimated[r], c.measured[r], 0.15 * c.measured[r]) << name << " rank " << r << "\n" << e.output;
+  }
+  std::fputs(c.text.c_str(), stdout);
+  return c;
+}
+
+}  // namespace
+
+TEST(Memory, CountingAllocatorSeesTensorsComeAndGo) {
+  mm::count_cpu_tensor_memory();
+  const int64_t before = mm::cpu_tensor_bytes();
+  {
+    at::Tensor t = at::empty({1024, 256}, at::kFloat);  // 1 MiB
+    EXPECT_EQ(mm::cpu_tensor_bytes() - before, 1 << 20);
+    mm::reset_peak_cpu_tensor_bytes();
+    at::Tensor u = t * 2;  // another MiB
+    u.reset();
+    EXPECT_EQ(mm::cpu_tensor_bytes() - before, 1 << 20);
+    EXPECT_GE(mm::peak_cpu_tensor_bytes() - before, 2 << 20);
+  }
+  EXPECT_EQ(mm::cpu_tensor_bytes(), before);
+}
+
+TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheParallelLayouts) {
+  const std::string dir = mm::test::fresh_dir("memory_layouts");
+  std::filesystem::create_directories(dir + "/text");
+  std::filesystem::create_directories(dir + "/vl");
+  const std::string text = mm::test::text_config(dir + "/text");
+  const std::string vl = mm::test::vl_config(dir + "/vl", 24);
+  // Layers wide enough that activations, not the process's fixed tensors, make the peak.
+  const std::string wide = "training.micro_batch_size=8 model.config.hidden_size=128 model.config.intermediate_size=384 ";
+  compare("text one process", text, 1, wide, dir);
+  compare("text ddp 2", text, 2, wide + "parallel.data_parallel_replicate_size=2", dir);
+  compare("text ddp 2 zero-1", text, 2, wide + "parallel.data_parallel_replicate_size=2 parallel.distributed_optimizer=true", dir);
+  compare("text fsdp 2", text, 2, wide + "parallel.data_parallel_shard_size=2", dir);
+  compare("text tp 2", text, 2, wide + "parallel.tensor_parallel_size=2", dir);
+  compare("text tp 2 sequence parallel", text, 2, wide + "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true", dir);
+  compare("text pp 2 (4 micro-batches)", text, 2, wide + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
+  compare("text recompute", text, 1, wide + "'features.recompute=[model.layers.{*}]'", dir);
+  compare("text 2 micro-batches", text, 1, wide + "training.gradient_accumulation_steps=2", dir);
+  const std::string vl_wide = "training.micro_batch_size=4 ";
+  compare("vl one process", vl, 1, vl_wide, dir);
+  compare("vl ddp 2", vl, 2, vl_wide + "parallel.data_parallel_replicate_size=2", dir);
+  compare("vl fsdp 2", vl, 2, vl_wide + "parallel.data_parallel_shard_size=2", dir);
+  compare("vl tp 2", vl, 2, vl_wide + "model.config.vocab_size=264 parallel.tensor_parallel_size=2", dir);
+  compare("vl pp 2 (4 micro-batches)", vl, 2, vl_wide + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
+}
+
+TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheQuickstarts) {
+  const std::string dir = mm::test::fresh_dir("memory_quickstarts");
+  const std::string mm = mm::test::mm_binary(), src = mm::test::source_dir();
+  auto d = run_command(mm + " data fashion-mnist --out " + dir + "/fm --max-train 2000 --max-test 100 --threads 2");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  compare("vl quickstart", src + "/examples/qwen2vl/tiny_fashion_mnist.yaml", 1,
+          "data.paths=[" + dir + "/fm/train.jsonl] data.val_paths=[" + dir + "/fm/test.jsonl]", dir);
+  if (!std::filesystem::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "Debian's fortunes is not installed";
+  compare("text quickstart", src + "/examples/qwen2/tiny_fortunes.yaml", 1, "", dir);
+}
