@@ -10,6 +10,7 @@
 #include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/training/model_builder.h"
+#include "mindspeed_mm/training/objectives/objective.h"
 #include "mindspeed_mm/training/parallel_setup.h"
 #include "mindspeed_mm/training/parallelize.h"
 #include "mindspeed_mm/training/pipeline.h"
@@ -52,6 +53,48 @@ std::string mib(int64_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
   return buf;
+}
+
+// A family without a count of its own, when its parameters are small (a VAE): one and two
+// samples of the batch through the real model and objective, forward and backward, under the
+// counting allocator; forward's end and the step's peak are then a + b x samples, extended to
+// the batch (the samples are independent).
+std::optional<models::ActivationEstimate> probe_activations(const config::Config& cfg, const data::TrainData& data,
+                                                            const data::Batch& batch, int64_t param_bytes) {
+  constexpr int64_t kLargest = int64_t(2) << 30;
+  if (param_bytes > kLargest) return std::nullopt;
+  const int64_t B = batch.num_samples > 0 ? batch.num_samples : 1;
+  auto model = build_model(cfg.model, data, static_cast<uint64_t>(cfg.training.seed), &cfg.source_file);
+  const auto objective = make_objective(cfg, *model);
+  auto measure = [&](int64_t n) {
+    data::Batch part;
+    for (const auto& f : batch.fields())
+      part.set(f.name,
+               f.tensor.defined() && f.tensor.dim() > 0 && f.tensor.size(0) == B ? f.tensor.narrow(0, 0, n).clone() : f.tensor,
+               f.host);
+    part.num_samples = n;
+    for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+    const int64_t base = cpu_tensor_bytes();
+    reset_peak_cpu_tensor_bytes();
+    objective->prepare(part, 0);
+    at::Tensor loss = objective->loss_sum(model->forward(part), part);
+    const int64_t forward = cpu_tensor_bytes() - base;
+    loss.backward();
+    int64_t grads = 0;
+    for (auto& p : model->parameters())
+      if (p.grad().defined()) grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+    return std::pair<int64_t, int64_t>{forward, std::max<int64_t>(forward, peak_cpu_tensor_bytes() - base - grads)};
+  };
+  const auto [f1, p1] = measure(1);
+  const auto [f2, p2] = B > 1 ? measure(2) : std::pair<int64_t, int64_t>{2 * f1, 2 * p1};
+  const int64_t forward = std::max<int64_t>(0, f1 + (f2 - f1) * (B - 1));
+  const int64_t peak = std::max<int64_t>(forward, p1 + (p2 - p1) * (B - 1));
+  models::ActivationEstimate e;
+  e.before = forward;
+  e.backward_extra = peak - forward;
+  e.notes.emplace_back(cat("measured on 1 and 2 samples (", mib(f1), ", ", mib(f2), " at forward's end), extended to ", B),
+                       forward);
+  return e;
 }
 
 }  // namespace
@@ -165,7 +208,8 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
       q.first_stage = stage == 0;
       q.last_stage = stage == mesh.pp - 1;
     }
-    const auto est = model->estimate_activations(batch, q);
+    auto est = model->estimate_activations(batch, q);
+    if (!est && mesh.pp == 1 && mesh.tp == 1) est = probe_activations(cfg, data, batch, r.params * mesh.dp_shard);
     if (!est) throw ConfigError(cat("mm memory: model ", cfg.model.id, " has no activation estimate yet"));
     // Backward meets the blocks last to first: the last one's rebuilt activations (recomputed)
     // and its gradients come on top of everything before it.

@@ -13,6 +13,7 @@
 
 #include "dist_train_runs.h"
 #include "mindspeed_mm/core/allocator.h"
+#include "mindspeed_mm/data/features.h"
 #include "run_command.h"
 
 namespace {
@@ -107,13 +108,49 @@ TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheParallelLayouts) {
   compare("vl pp 2 (4 micro-batches)", vl, 2, vl_wide + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
 }
 
+// Features of the tiny DiT quickstart's shapes (16 x 3 x 12 x 12 latents, 64-wide text of 12
+// tokens), random: memory does not depend on the values.
+std::string dit_features(const std::string& dir, int n, std::vector<int64_t> latent, int64_t text, int64_t width) {
+  at::manual_seed(0);
+  std::vector<mm::data::FeatureSample> samples;
+  for (int i = 0; i < n; ++i) {
+    mm::data::FeatureSample s;
+    s.latents = at::randn(latent);
+    s.prompt_embeds = at::randn({text, width});
+    s.caption = "sample " + std::to_string(i);
+    samples.push_back(s);
+  }
+  mm::data::write_features(dir, samples);
+  return dir;
+}
+
 TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheQuickstarts) {
   const std::string dir = mm::test::fresh_dir("memory_quickstarts");
   const std::string mm = mm::test::mm_binary(), src = mm::test::source_dir();
   auto d = run_command(mm + " data fashion-mnist --out " + dir + "/fm --max-train 2000 --max-test 100 --threads 2");
   ASSERT_EQ(d.exit_code, 0) << d.output;
-  compare("vl quickstart", src + "/examples/qwen2vl/tiny_fashion_mnist.yaml", 1,
-          "data.paths=[" + dir + "/fm/train.jsonl] data.val_paths=[" + dir + "/fm/test.jsonl]", dir);
+  const std::string fm = "data.paths=[" + dir + "/fm/train.jsonl] data.val_paths=[" + dir + "/fm/test.jsonl]";
+  compare("qwen2-vl quickstart", src + "/examples/qwen2vl/tiny_fashion_mnist.yaml", 1, fm, dir);
+  compare("qwen2.5-vl quickstart", src + "/examples/qwen2.5vl/tiny_fashion_mnist.yaml", 1, fm, dir);
+  compare("llava quickstart", src + "/examples/llava/tiny_fashion_mnist.yaml", 1, fm, dir);
+  // The video quickstart's two trainings: the VAE on moving garments, the DiT on their features.
+  auto v = run_command(mm + " data moving-fashion-mnist --out " + dir + "/moving --train 40 --test 8 --size 48 --frames 5");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  compare("wan vae quickstart", src + "/examples/wan2.1/tiny_vae.yaml", 1,
+          "data.paths=[" + dir + "/moving/train.jsonl]", dir);
+  compare("wan dit quickstart", src + "/examples/wan2.1/tiny_dit.yaml", 1,
+          "data.paths=[" + dit_features(dir + "/features", 64, {16, 3, 12, 12}, 12, 64) + "] training.export_dir=", dir);
   if (!std::filesystem::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "Debian's fortunes is not installed";
   compare("text quickstart", src + "/examples/qwen2/tiny_fortunes.yaml", 1, "", dir);
+}
+
+TEST(Memory, EstimateWithin15PercentOfMeasuredOnDiTLayouts) {
+  const std::string dir = mm::test::fresh_dir("memory_dit");
+  const std::string cfg = mm::test::source_dir() + "/examples/wan2.1/tiny_dit.yaml";
+  const std::string common = "data.paths=[" + dit_features(dir + "/features", 64, {16, 3, 12, 12}, 12, 64) +
+                             "] training.export_dir= training.micro_batch_size=8 ";
+  compare("dit fsdp 2", cfg, 2, common + "parallel.data_parallel_shard_size=2", dir);
+  compare("dit tp 2", cfg, 2, common + "parallel.tensor_parallel_size=2", dir);
+  compare("dit pp 2 (4 micro-batches)", cfg, 2, common + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
+  compare("dit recompute", cfg, 1, common + "'features.recompute=[blocks.{*}]'", dir);
 }

@@ -138,6 +138,8 @@ class LlavaForConditionalGeneration : public CausalLM {
   double training_flops(const MultimodalInputs& in) const override;
   std::vector<std::pair<std::string, double>> training_flops_by_part(const data::Batch& host) const override;
   using CausalLM::training_flops;
+  // llava_memory.cpp: the CLIP tower's and the projector's saved tensors, then the language model's.
+  std::optional<ActivationEstimate> estimate_activations(const data::Batch& host, const MemoryQuery& q) const override;
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override { return language_model->blocks(); }
   PlanTable plans() const override {
     return {{"vision_tower.vision_model.encoder.layers.{*}", "language_model.model.layers.{*}"}};

@@ -162,6 +162,11 @@ class Qwen2ForCausalLM : public CausalLM {
   nlohmann::json hf_config() const override { return config.to_json(); }
   // qwen2_memory.cpp: the tensors this code saves, per token, layer by layer.
   std::optional<ActivationEstimate> estimate_activations(const data::Batch& host, const MemoryQuery& q) const override;
+  // The language model's share of it for rows [B, S] (after the embeddings, which a
+  // vision-language model merges first: counted by the caller when `embeddings` is false); its
+  // blocks' paths start with `prefix` (LLaVA's "language_model.").
+  void estimate_decoder(ActivationEstimate& e, int64_t B, int64_t S, bool segment_mask, bool embeddings,
+                        const MemoryQuery& q, const std::string& prefix = "") const;
   double flops_per_token(int64_t seq_len) const override { return config.flops_per_token(seq_len); }
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override;
   int64_t vocab_size() const override { return config.vocab_size; }
@@ -172,10 +177,6 @@ class Qwen2ForCausalLM : public CausalLM {
   std::shared_ptr<Linear> lm_head;  // null when tie_word_embeddings
 
  protected:
-  // The language model's share of estimate_activations for rows [B, S] (after the embeddings,
-  // which a vision-language model merges first: counted by the caller when `embeddings` is false).
-  void estimate_decoder(ActivationEstimate& e, int64_t B, int64_t S, bool segment_mask, bool embeddings,
-                        const MemoryQuery& q) const;
   // The decoder's input embeddings of a batch (Qwen2-VL: with the vision features of `carry`
   // placed) and its rotary tables, for the pipeline pieces.
   virtual at::Tensor pipeline_embeddings(const MultimodalInputs& in, const Outputs& carry);

@@ -20,7 +20,7 @@
 namespace mm::models {
 
 void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_t S, bool segment_mask, bool embeddings,
-                                        const MemoryQuery& q) const {
+                                        const MemoryQuery& q, const std::string& prefix) const {
   const Qwen2Config& c = config;
   const int64_t N = B * S, t = std::max<int64_t>(1, q.tp), f = 4;
   const int64_t H = c.hidden_size, D = c.head_dim(), heads = c.num_attention_heads / t;
@@ -40,7 +40,7 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
   // Sequence parallel: the column-parallel projections save their all-gathered (whole) inputs.
   const int64_t layer = N * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I) * f;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string path = "model.layers." + std::to_string(i);
+    const std::string path = prefix + "model.layers." + std::to_string(i);
     if (q.runs_block(path)) e.blocks.push_back({path, layer, N / sp * H * f, N * (3 * I + H / sp) * f});
   }
   if (q.last_stage) {

@@ -141,6 +141,8 @@ class WanTransformer3DModel : public Model {
   std::string parameter_name(const std::string& checkpoint_name) const override;
   std::vector<ModelPart> parts() const override { return {{"transformer", ""}}; }
   PlanTable plans() const override;
+  // wan_dit_memory.cpp: the blocks' saved tensors per latent token and per text token.
+  std::optional<ActivationEstimate> estimate_activations(const data::Batch& host, const MemoryQuery& q) const override;
   // Pipeline parallelism: the blocks, with the patch, time and text embedders before them and
   // the modulated head after; the text features, temb and modulation travel with the hidden states.
   std::vector<PipelineSubmodule> pipeline_submodules() const override;
