@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 #include "mindspeed_mm/core/allocator.h"
@@ -9,6 +10,7 @@
 #include "mindspeed_mm/core/pattern.h"
 #include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/data/dataset_registry.h"
+#include "mindspeed_mm/data/media/qwen2vl_image_processor.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/objectives/objective.h"
 #include "mindspeed_mm/training/parallel_setup.h"
@@ -59,12 +61,12 @@ std::string mib(int64_t b) {
 // samples of the batch through the real model and objective, forward and backward, under the
 // counting allocator; forward's end and the step's peak are then a + b x samples, extended to
 // the batch (the samples are independent).
-std::optional<models::ActivationEstimate> probe_activations(const config::Config& cfg, const data::TrainData& data,
+std::optional<models::ActivationEstimate> probe_activations(const config::Config& cfg, int64_t vocab,
                                                             const data::Batch& batch, int64_t param_bytes) {
   constexpr int64_t kLargest = int64_t(2) << 30;
   if (param_bytes > kLargest) return std::nullopt;
   const int64_t B = batch.num_samples > 0 ? batch.num_samples : 1;
-  auto model = build_model(cfg.model, data, static_cast<uint64_t>(cfg.training.seed), &cfg.source_file);
+  auto model = build_model(cfg.model, vocab, static_cast<uint64_t>(cfg.training.seed), &cfg.source_file);
   const auto objective = make_objective(cfg, *model);
   auto measure = [&](int64_t n) {
     data::Batch part;
@@ -97,10 +99,49 @@ std::optional<models::ActivationEstimate> probe_activations(const config::Config
   return e;
 }
 
+// micro_batch_size rows of seq_len tokens, each with opt.images images through the processor's
+// resize: Qwen2-VL's patches and grids, or a fixed-size processor's pixels.
+data::Batch synthetic_batch(const config::Config& cfg, int64_t rows, const MemoryOptions& opt) {
+  data::Batch b;
+  const auto ids = at::zeros({rows, opt.seq_len}, at::kLong);
+  b.set(data::kInputIds, ids);
+  b.set(data::kLabels, ids.clone());
+  b.num_samples = rows;
+  const int64_t n = rows * opt.images;
+  if (n == 0) return b;
+  const auto& p = cfg.data.processor;
+  if (p.type == "qwen2vl") {
+    const auto [h, w] = data::smart_resize(static_cast<int>(opt.image_height), static_cast<int>(opt.image_width),
+                                           static_cast<int>(p.patch_size * p.merge_size), p.min_pixels, p.max_pixels);
+    const int64_t gh = h / p.patch_size, gw = w / p.patch_size;
+    b.set(data::kPixelValues, at::zeros({n * gh * gw, 3 * p.temporal_patch_size * p.patch_size * p.patch_size}));
+    b.set(data::kImageGridThw, at::tensor(std::vector<int64_t>{1, gh, gw}, at::kLong).repeat({n, 1}), true);
+  } else {
+    b.set(data::kPixelValues, at::zeros({n, 3, p.image_size, p.image_size}));
+  }
+  return b;
+}
+
+std::string describe_batch(const data::Batch& b) {
+  std::string s;
+  if (b.has(data::kInputIds)) {
+    const auto& ids = b[data::kInputIds];
+    s = cat(ids.size(0), " x ", ids.size(-1), " tokens");
+  }
+  for (const auto& f : b.fields()) {
+    if (!f.tensor.defined() || !f.tensor.is_floating_point()) continue;
+    std::string shape;
+    for (int64_t d = 0; d < f.tensor.dim(); ++d) shape += (d ? " x " : "") + std::to_string(f.tensor.size(d));
+    s += (s.empty() ? "" : ", ") + f.name + " " + shape;
+  }
+  return s;
+}
+
 }  // namespace
 
-MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches) {
+MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& opt) {
   const auto& pc = cfg.parallel;
+  int world = opt.world;
   if (world <= 0)
     world = static_cast<int>(pc.pipeline_parallel_size * pc.data_parallel_replicate_size *
                              std::max<int64_t>(1, pc.data_parallel_shard_size) * pc.context_parallel_size *
@@ -119,37 +160,40 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
   out.world = world;
   out.layout = describe_layout(mesh, pc.distributed_optimizer, pc.sequence_parallel);
 
-  // The data as rank 0 of the data-parallel group reads it: what it holds once open (measured)
-  // and the largest of the first batches.
-  count_cpu_tensor_memory();
-  const int64_t before_data = cpu_tensor_bytes();
-  data::DataContext ctx;
-  ctx.micro_batch_size = tc.micro_batch_size;
-  ctx.rank = 0;
-  ctx.world = dp;
-  config::DataConfig dc = cfg.data;
-  if (pc.sequence_parallel) dc.pad_to_multiple_of = std::lcm(dc.pad_to_multiple_of, static_cast<int64_t>(mesh.tp));
-  data::TrainData data = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(dc, ctx);
-  const int64_t opened = cpu_tensor_bytes() - before_data;
-  std::vector<data::Batch> seen;
-  for (int i = 0; i < std::max(1, batches); ++i) seen.push_back(data.train->next());
-  const auto largest = std::max_element(seen.begin(), seen.end(), [](const data::Batch& a, const data::Batch& b) {
-    return batch_size_key(a) < batch_size_key(b);
-  });
-  const data::Batch batch = *largest;
-  // The dataset's own tensors as it opened (a text corpus's tokens), a step's micro-batches and,
-  // through the threaded loader, those it prefetches.
-  const bool threaded = cfg.data.dataset != "text" && cfg.data.num_workers > 0;
-  const int64_t data_bytes = opened + (micro + (threaded ? cfg.data.prefetch : 0)) * batch_bytes(batch);
-  if (batch.has(data::kInputIds)) {
-    const auto& ids = batch[data::kInputIds];
-    out.batch = cat(ids.size(0), " x ", ids.size(-1), " tokens");
+  data::Batch batch;
+  int64_t data_bytes = 0, vocab = 0;
+  if (opt.seq_len > 0) {
+    batch = synthetic_batch(cfg, tc.micro_batch_size, opt);
+    data_bytes = micro * batch_bytes(batch);
+    out.notes.push_back("data: the micro-batches alone (no dataset opened)");
   } else {
-    out.batch = "the first batches' largest";
+    // The data as rank 0 of the data-parallel group reads it: what it holds once open (measured)
+    // and the largest of the first batches.
+    count_cpu_tensor_memory();
+    const int64_t before_data = cpu_tensor_bytes();
+    data::DataContext ctx;
+    ctx.micro_batch_size = tc.micro_batch_size;
+    ctx.rank = 0;
+    ctx.world = dp;
+    config::DataConfig dc = cfg.data;
+    if (pc.sequence_parallel) dc.pad_to_multiple_of = std::lcm(dc.pad_to_multiple_of, static_cast<int64_t>(mesh.tp));
+    data::TrainData data = data::dataset_registry().get(cfg.data.dataset, "data.dataset")(dc, ctx);
+    const int64_t opened = cpu_tensor_bytes() - before_data;
+    vocab = data.vocab_size;
+    std::vector<data::Batch> seen;
+    for (int i = 0; i < std::max(1, opt.batches); ++i) seen.push_back(data.train->next());
+    batch = *std::max_element(seen.begin(), seen.end(), [](const data::Batch& a, const data::Batch& b) {
+      return batch_size_key(a) < batch_size_key(b);
+    });
+    // The dataset's own tensors as it opened (a text corpus's tokens), a step's micro-batches and,
+    // through the threaded loader, those it prefetches.
+    const bool threaded = cfg.data.dataset != "text" && cfg.data.num_workers > 0;
+    data_bytes = opened + (micro + (threaded ? cfg.data.prefetch : 0)) * batch_bytes(batch);
   }
+  out.batch = describe_batch(batch);
 
   // The model without storage, frozen as the run freezes it.
-  auto model = build_model(cfg.model, data, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);
+  auto model = build_model(cfg.model, vocab, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);
   check_parallel_layout(*model, cfg, mesh);
   freeze_parts(*model, cfg.model);
   if (!cfg.features.freeze.empty()) apply_freeze_plan(*model, cfg.features.freeze);
@@ -162,6 +206,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
   const auto recompute = compile_patterns(cfg.features.recompute);
   const bool fsdp = mesh.dp_shard > 1, ddp = mesh.dp_replicate > 1 && !fsdp;
   const bool zero1 = pc.distributed_optimizer && ddp;
+  const auto fsdp_units = compile_patterns(pc.fsdp.units.empty() ? plans.fsdp_units : pc.fsdp.units);
   if (tc.precision == "bf16")
     out.notes.push_back("training.precision bf16: activations are counted as fp32 ones halved (the estimate is "
                         "measured in fp32 only)");
@@ -171,8 +216,9 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
     r.role = mesh.pp > 1 ? cat("stage ", stage) : "every rank";
     for (int rank = 0; rank < world; ++rank)
       if (rank / (world / mesh.pp) == stage) r.ranks.push_back(rank);
-    // Parameters, gradients (fp32 for every trainable one) and AdamW's two moments.
-    int64_t unit_max = 0;
+    // Parameters, gradients (fp32 for every trainable one) and AdamW's two moments; FSDP's units
+    // whole, as gathered (parameters) and before the reduce-scatter (gradients).
+    std::map<std::string, std::pair<int64_t, int64_t>> units;  // unit -> (gathered, full gradients)
     for (const auto& [name, p] : model->named_parameters()) {
       if (pipe && !pipe->held_by(name, stage)) continue;
       int64_t n = p.numel();
@@ -183,7 +229,20 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
       r.grads += n * 4;
       r.optimizer += (zero1 ? (n + dp - 1) / dp : n) * 8;
       if (zero1) r.params += (n + dp - 1) / dp * 4;  // the shard the optimizer updates, gathered after
-      unit_max = std::max(unit_max, n * mesh.dp_shard * 4);
+    }
+    if (fsdp)
+      for (const auto& [name, p] : model->named_parameters()) {
+        std::string unit;
+        for (size_t dot = name.find('.'); dot != std::string::npos && unit.empty(); dot = name.find('.', dot + 1))
+          if (matches_any(fsdp_units, name.substr(0, dot))) unit = name.substr(0, dot);
+        const int64_t n = p.numel() / (tp.split(name) ? mesh.tp : 1);
+        units[unit].first += n * (pc.fsdp.param_dtype == "bf16" ? 2 : 4);
+        if (p.requires_grad()) units[unit].second += n * (pc.fsdp.reduce_dtype == "bf16" ? 2 : 4);
+      }
+    int64_t gathered = 0, unit_grads = 0;
+    for (const auto& [unit, b] : units) {
+      if (!unit.empty()) gathered = std::max(gathered, b.first);
+      unit_grads = std::max(unit_grads, b.second);
     }
     r.data = data_bytes;
 
@@ -209,8 +268,11 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
       q.last_stage = stage == mesh.pp - 1;
     }
     auto est = model->estimate_activations(batch, q);
-    if (!est && mesh.pp == 1 && mesh.tp == 1) est = probe_activations(cfg, data, batch, r.params * mesh.dp_shard);
-    if (!est) throw ConfigError(cat("mm memory: model ", cfg.model.id, " has no activation estimate yet"));
+    if (!est && mesh.pp == 1 && mesh.tp == 1 && opt.seq_len == 0)
+      est = probe_activations(cfg, vocab, batch, r.params * mesh.dp_shard);
+    if (!est)
+      throw ConfigError(cat("mm memory: model ", cfg.model.id, " has no activation estimate of its own",
+                            opt.seq_len > 0 ? " (and its probe needs the config's data: drop --seq-len)" : ""));
     // Backward meets the blocks last to first: the last one's rebuilt activations (recomputed)
     // and its gradients come on top of everything before it.
     int64_t one = est->before + est->after, rebuilt = 0, work = 0;
@@ -222,23 +284,33 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world, int batches
     }
     r.terms = est->notes;
     r.terms.emplace_back("blocks (all of this stage's, one micro-batch)", one - est->before - est->after);
-    if (tc.precision == "bf16") one /= 2;
+    if (tc.precision == "bf16") {
+      one /= 2;
+      for (auto& term : r.terms) term.second /= 2;
+    }
     int in_flight = 1;
     if (pipe) in_flight = max_in_flight(pipeline_schedule(stage, mesh.pp, static_cast<int>(micro), pipe->virtual_chunks));
     const int64_t chunks_here = pipe ? pipe->virtual_chunks : 1;
     r.activations = one * in_flight / chunks_here + est->backward_extra;
     r.backward_extra = est->backward_extra;
-    r.transient = rebuilt + work;
-    // FSDP gathers a unit (and prefetches the next) for forward, and holds its full gradients in
-    // backward before the reduce-scatter.
-    if (fsdp) r.transient += unit_max * (1 + std::max<int64_t>(0, pc.fsdp.prefetch)) * 2;
+    // FSDP: the root unit stays gathered through the step (every unit, without resharding after
+    // forward); in backward a unit and those prefetched ahead of it are gathered at once, and one
+    // unit's full gradients wait for their reduce-scatter.
+    int64_t fsdp_forward = 0, fsdp_backward = 0;
+    if (fsdp) {
+      fsdp_forward = units[""].first;
+      if (!pc.fsdp.reshard_after_forward)
+        for (const auto& [unit, b] : units) fsdp_forward += unit.empty() ? 0 : b.first;
+      fsdp_backward = std::max(fsdp_forward, units[""].first + gathered * (1 + std::max<int64_t>(0, pc.fsdp.prefetch))) +
+                      unit_grads;
+    }
+    r.transient = rebuilt + work + fsdp_backward;
 
     const int64_t base = r.params + r.optimizer + r.data;
-    const bool grads_during_forward = micro > 1;  // earlier micro-batches' gradients (pipelines too)
-    const int64_t forward_end = base + r.activations + (grads_during_forward ? r.grads : 0) + (fsdp ? r.transient : 0);
-    const int64_t rebuild =
-        base + r.activations - est->after - est->backward_extra + rebuilt + work + (grads_during_forward ? r.grads : 0);
-    const int64_t backward_end = base + r.grads * (ddp ? 2 : 1) + (fsdp ? r.transient : 0);
+    const int64_t earlier = micro > 1 ? r.grads : 0;  // earlier micro-batches' gradients (pipelines too)
+    const int64_t forward_end = base + r.activations + earlier + fsdp_forward;
+    const int64_t rebuild = base + r.activations - est->after - est->backward_extra + rebuilt + work + earlier + fsdp_backward;
+    const int64_t backward_end = base + r.grads * (ddp ? 2 : 1) + fsdp_backward;
     r.peak = std::max({forward_end, rebuild, backward_end});
     r.peak_at = r.peak == forward_end ? "forward's end" : r.peak == rebuild ? "the last block's backward" : "backward's end";
     out.ranks.push_back(std::move(r));

@@ -41,10 +41,17 @@ struct MemoryEstimate {
   std::vector<std::string> notes;  // what the estimate leaves out (bf16 autocast, ...)
 };
 
-// cfg: a training config (its data is opened, up to `batches` micro-batches read for their
-// shapes: the largest sets the activations). world: the ranks the layout runs on (0: the product
-// of the config's degrees). mm::ConfigError for layouts the config cannot run.
-MemoryEstimate estimate_memory(const config::Config& cfg, int world = 0, int batches = 4);
+struct MemoryOptions {
+  int world = 0;    // the ranks the layout runs on (0: the product of the config's degrees)
+  int batches = 4;  // micro-batches read from the data for their shapes: the largest counts
+  // seq_len > 0: no data is opened; a micro-batch is micro_batch_size rows of seq_len tokens,
+  // each with `images` images of image_height x image_width pixels (before the processor's
+  // resize), so full-size configs size on a laptop without their data.
+  int64_t seq_len = 0, images = 0, image_height = 448, image_width = 448;
+};
+
+// cfg: a training config. mm::ConfigError for layouts the config cannot run.
+MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& options = {});
 
 // The report `mm memory` prints: one block per rank role.
 std::string format_memory_estimate(const MemoryEstimate& e);

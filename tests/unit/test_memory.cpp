@@ -154,3 +154,32 @@ TEST(Memory, EstimateWithin15PercentOfMeasuredOnDiTLayouts) {
   compare("dit pp 2 (4 micro-batches)", cfg, 2, common + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
   compare("dit recompute", cfg, 1, common + "'features.recompute=[blocks.{*}]'", dir);
 }
+
+TEST(Memory, FullSizeConfigsSizeWithoutTheirData) {
+  const std::string dir = mm::test::fresh_dir("memory_full_size");
+  const std::string mm = mm::test::mm_binary(), src = mm::test::source_dir();
+  // Qwen2-VL-7B (8,291,375,616 parameters) under FSDP over 8: an eighth of them per rank in fp32,
+  // the frozen ViT without gradients or optimizer state; 2048 tokens and a 672x672 image a row.
+  auto r = run_command(mm + " memory " + src + "/examples/qwen2vl/qwen2vl_7b.yaml --world 8 --seq-len 2048 --images 1 "
+                       "--image-height 672 --image-width 672 --json " + dir + "/7b.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fsdp 8 on 8 ranks, micro-batch 1 x 2048 tokens, pixel_values 2304 x 1176"), std::string::npos)
+      << r.output;
+  const json e = json::parse(read_file(dir + "/7b.json"));
+  ASSERT_EQ(e["ranks"].size(), 1u);
+  const json& rank = e["ranks"][0];
+  EXPECT_NEAR(rank["params"].get<double>(), 8291375616.0 * 4 / 8, 1e6);
+  EXPECT_LT(rank["grads"].get<double>(), rank["params"].get<double>());  // the ViT is frozen
+  EXPECT_EQ(rank["optimizer"].get<double>(), 2 * rank["grads"].get<double>());
+  EXPECT_GT(rank["activations"].get<double>(), 1e9);
+  // The same rows from the data and from --seq-len give the same activations (fixed-length text;
+  // without the data, the vocabulary comes from the config: the byte tokenizer's 260).
+  if (!std::filesystem::exists("/usr/share/games/fortunes")) GTEST_SKIP() << "Debian's fortunes is not installed";
+  const std::string text = src + "/examples/qwen2/tiny_fortunes.yaml";
+  auto a = run_command(mm + " memory " + text + " --json " + dir + "/data.json");
+  auto b = run_command(mm + " memory " + text + " model.config.vocab_size=260 --seq-len 128 --json " + dir + "/synthetic.json");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(json::parse(read_file(dir + "/data.json"))["ranks"][0]["activations"],
+            json::parse(read_file(dir + "/synthetic.json"))["ranks"][0]["activations"]);
+}
