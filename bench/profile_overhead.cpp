@@ -1,12 +1,15 @@
 // What the always-on instrumentation costs a training step when no profile is taken: the
 // step's trace scopes (one relaxed atomic load each while no window is open) and the per-step
 // memory reading (mm::memory_stats twice, mm::reset_peak_memory once). Prints microseconds per
-// step; bench/run_profile_overhead.sh divides it by measured step times.
+// step; bench/run_profile_overhead.sh divides it by measured step times. Then what the counting
+// CPU tensor allocator (core/allocator.h) adds to one allocation and free of a small tensor:
+// libtorch's allocator first, then ours, in this process.
 //   profile_overhead [REPEATS]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
+#include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/tools/trace.h"
 
@@ -28,5 +31,18 @@ int main(int argc, char** argv) {
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / repeats;
   std::printf("instrumentation per step (profile off): %.2f us (%d repeats; checksum %lld)\n", us, repeats,
               static_cast<long long>(sink % 7));
+  auto alloc_ns = [&] {
+    const int n = 200000;
+    const auto a0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) sink += at::empty({256}, at::kFloat).numel();
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - a0).count() / n;
+  };
+  alloc_ns();
+  const double plain = alloc_ns();
+  mm::count_cpu_tensor_memory();
+  alloc_ns();
+  const double counted = alloc_ns();
+  std::printf("tensor allocation + free: %.1f ns with libtorch's allocator, %.1f ns counted (+%.1f ns)\n", plain, counted,
+              counted - plain);
   return 0;
 }

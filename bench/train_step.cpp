@@ -185,12 +185,14 @@ int main(int argc, char** argv) {
   timing = true;
   std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
   if (!a.trace.empty()) profile = std::make_unique<torch::autograd::profiler::RecordProfile>(a.trace);
+  const int64_t allocations0 = mm::cpu_tensor_allocations();
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < a.steps; ++i) {
     loss_last = step(batches[a.warmup + i]);
     if (a.warmup == 0 && i == 0) loss_first = loss_last;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double allocations = static_cast<double>(mm::cpu_tensor_allocations() - allocations0) / static_cast<double>(a.steps);
   profile.reset();  // writes the trace
 
   const double tokens = static_cast<double>(a.steps * a.batch * a.seq);
@@ -200,6 +202,8 @@ int main(int argc, char** argv) {
               "tflops=%.3f device=%s params=%lld\n",
               a.precision.c_str(), static_cast<long long>(a.threads), tokens / secs, 1e3 * secs / a.steps, loss_first,
               loss_last, tflops, device.str().c_str(), static_cast<long long>(model->num_parameters()));
+  // CPU tensors allocated per step (the counting allocator of core/allocator.h; 0 when disabled).
+  std::printf("ALLOCATIONS impl=mm per_step=%.0f\n", allocations);
   if (a.phases) {
     std::printf("PHASES impl=mm");
     for (int i = 0; i < 3; ++i) std::printf(" %s_ms=%.2f", kPhases[i], 1e3 * phase_s[i] / a.steps);

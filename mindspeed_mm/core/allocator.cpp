@@ -18,7 +18,7 @@ namespace mm {
 
 namespace {
 
-std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
+std::atomic<int64_t> live_bytes{0}, peak_bytes{0}, allocations{0};
 std::atomic<bool> installed{false};
 
 // Each block carries its size in a header of one alignment unit (64 bytes, so the tensor's data
@@ -26,6 +26,7 @@ std::atomic<bool> installed{false};
 constexpr size_t kHeader = 64;
 
 void note_allocated(int64_t n) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
   const int64_t now = live_bytes.fetch_add(n, std::memory_order_relaxed) + n;
   int64_t peak = peak_bytes.load(std::memory_order_relaxed);
   while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -62,6 +63,8 @@ class CountingCpuAllocator final : public c10::Allocator {
 void count_cpu_tensor_memory() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // MM_COUNT_TENSORS=0 keeps libtorch's allocator (to measure what counting costs).
+    if (const char* v = std::getenv("MM_COUNT_TENSORS"); v && std::string(v) == "0") return;
     static CountingCpuAllocator counting;
     c10::SetCPUAllocator(&counting, /*priority=*/1);
     installed = true;
@@ -70,6 +73,7 @@ void count_cpu_tensor_memory() {
 
 bool counting_cpu_tensor_memory() { return installed.load(); }
 int64_t cpu_tensor_bytes() { return live_bytes.load(std::memory_order_relaxed); }
+int64_t cpu_tensor_allocations() { return allocations.load(std::memory_order_relaxed); }
 int64_t peak_cpu_tensor_bytes() { return peak_bytes.load(std::memory_order_relaxed); }
 void reset_peak_cpu_tensor_bytes() { peak_bytes.store(live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 

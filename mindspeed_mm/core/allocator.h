@@ -18,11 +18,13 @@ void configure_host_allocator();
 // before keep their own deleters and are not counted): the bytes of live CPU tensors now and at
 // their peak since reset_peak_tensor_bytes, the CPU's counterpart of the CUDA caching allocator's
 // "allocated". Memory libtorch takes outside its CPU allocator (oneDNN scratch pads, pinned
-// buffers) is not in it. Thread-safe; costs two atomic updates per allocation.
+// buffers) is not in it. Thread-safe; costs three relaxed atomic updates per allocation
+// (bench/run_profile_overhead.sh). MM_COUNT_TENSORS=0 in the environment leaves libtorch's own.
 void count_cpu_tensor_memory();
 bool counting_cpu_tensor_memory();
 int64_t cpu_tensor_bytes();
 int64_t peak_cpu_tensor_bytes();
+int64_t cpu_tensor_allocations();  // made so far
 void reset_peak_cpu_tensor_bytes();
 
 // This process's resident memory now (Linux /proc/self/statm), in bytes; 0 when unknown.
