@@ -424,6 +424,10 @@ struct ProfileConfig {
   std::vector<double> ranks = {0};   // [] = every rank
   bool record_shapes = false;        // operators' input shapes in their args
   bool with_stack = false;           // operators' enclosing module ("model.layers.3") in their args
+  // libtorch's profiler (Kineto) in the window: its CUDA kernels, copies and memsets join the
+  // trace. auto: on CUDA devices; on: also on the CPU (its CPU operators beside ours); off.
+  std::string kineto = "auto";
+  bool memory_snapshot = false;      // CUDA: the caching allocator's history over the window (.pickle)
   std::string dir;
   bool enabled() const { return steps > 0; }
   template <class IO> void io(IO& io) {
@@ -432,6 +436,8 @@ struct ProfileConfig {
     io("ranks", ranks, ge(0));
     io("record_shapes", record_shapes);
     io("with_stack", with_stack);
+    io("kineto", kineto, one_of({"auto", "on", "off"}));
+    io("memory_snapshot", memory_snapshot);
     io("dir", dir);
   }
 };

@@ -81,6 +81,11 @@ int Trace::thread_id() {
   return id;
 }
 
+void Trace::name_thread(int tid, std::string name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_thread_names[tid] = std::move(name);
+}
+
 std::vector<std::string>& Trace::module_stack() {
   thread_local std::vector<std::string> stack;
   return stack;

@@ -44,6 +44,8 @@ class Trace {
   // The enclosing module ranges of this thread ("model.layers.3"), innermost last.
   static std::vector<std::string>& module_stack();
   static int thread_id();
+  // Names a tid of events added from elsewhere (Kineto's CUDA streams) in the written trace.
+  static void name_thread(int tid, std::string name);
   // Live tensor bytes on the training device (set by the profile window; none: no memory track).
   // Phase and module ranges then carry their change of it ("tensor_mib_delta": a block's forward
   // leaves what backward will need) and a "tensor memory" counter track is sampled at their ends.

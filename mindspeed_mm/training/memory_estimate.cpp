@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "mindspeed_mm/core/allocator.h"
+#include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/pattern.h"
 #include "mindspeed_mm/core/strings.h"
@@ -191,6 +192,14 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     data_bytes = opened + (micro + (threaded ? cfg.data.prefetch : 0)) * batch_bytes(batch);
   }
   out.batch = describe_batch(batch);
+  // On a GPU the device holds a step's micro-batches (the dataset and the prefetched batches
+  // stay on the host) and cuBLAS's workspace, which the caching allocator counts.
+  const bool cuda = resolve_device(tc.device, 0, "training.device").is_cuda();
+  if (cuda) {
+    data_bytes = micro * batch_bytes(batch) + (int64_t(33) << 20);
+    out.notes.push_back("cuda: data is the micro-batches on the device plus 33 MiB of cuBLAS workspace (the Hopper "
+                        "default; not yet compared with a GPU run)");
+  }
 
   // The model without storage, frozen as the run freezes it.
   auto model = build_model(cfg.model, vocab, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);

@@ -57,8 +57,12 @@ int64_t apply_profile_plan(mm::nn::Module& root) {
 }
 
 ProfileWindow::ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir,
-                             std::vector<models::ModelPart> parts, double peak_tflops)
-    : c_(c), rank_(rank), parts_(std::move(parts)), peak_tflops_(peak_tflops), dir_(c.dir.empty() ? default_dir : c.dir) {
+                             std::vector<models::ModelPart> parts, double peak_tflops, bool cuda)
+    : c_(c), rank_(rank), parts_(std::move(parts)), peak_tflops_(peak_tflops), dir_(c.dir.empty() ? default_dir : c.dir),
+      cuda_(cuda) {
+  if (c.enabled() && c.memory_snapshot && !cuda)
+    throw ConfigError("config: tools.profile.memory_snapshot needs a CUDA device (on the CPU the trace's tensor memory "
+                      "track shows live tensors over the window)");
   active_ = c.enabled() && (c.ranks.empty() || std::find(c.ranks.begin(), c.ranks.end(), static_cast<double>(rank)) != c.ranks.end());
   if (!active_) return;
   std::error_code ec;
@@ -68,9 +72,13 @@ ProfileWindow::ProfileWindow(const config::ProfileConfig& c, int rank, const std
 
 std::string ProfileWindow::trace_path() const { return cat(dir_, "/trace_rank", rank_, ".json"); }
 
+ProfileWindow::~ProfileWindow() = default;
+
 void ProfileWindow::before_step(int64_t iteration) {
   if (!active_ || open_ || done_ || iteration != c_.start_step) return;
   Trace::start(c_.record_shapes, c_.with_stack);
+  if (c_.kineto == "on" || (c_.kineto == "auto" && cuda_)) kineto_ = std::make_unique<tools::KinetoSession>(cuda_, c_.record_shapes);
+  if (c_.memory_snapshot) tools::start_cuda_memory_history(/*max_entries=*/200000);
   open_ = true;
 }
 
@@ -90,6 +98,18 @@ void ProfileWindow::add_flops(const std::vector<std::pair<std::string, double>>&
 std::string ProfileWindow::finish() { return open_ ? write() : std::string(); }
 
 std::string ProfileWindow::write() {
+  // Kineto's device events join the trace before it closes; its own file stays beside ours.
+  if (kineto_) {
+    const std::string raw = cat(dir_, "/kineto_rank", rank_, ".json");
+    const int64_t n = kineto_->finish(raw, /*cpu_ops=*/!cuda_);
+    kineto_.reset();
+    log::info("profile: ", n, " events from libtorch's profiler (Kineto) on the timeline; its own trace: ", raw);
+  }
+  if (c_.memory_snapshot) {
+    const std::string path = cat(dir_, "/memory_snapshot_rank", rank_, ".pickle");
+    tools::write_cuda_memory_snapshot(path);
+    log::info("profile: CUDA allocator history ", path, " (drag it into https://pytorch.org/memory_viz)");
+  }
   Trace::stop();
   open_ = false;
   done_ = true;

@@ -15,6 +15,7 @@
 #include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/module.h"
 #include "mindspeed_mm/models/model.h"
+#include "mindspeed_mm/tools/kineto.h"
 
 namespace mm::training {
 
@@ -26,8 +27,11 @@ int64_t apply_profile_plan(mm::nn::Module& root);
 class ProfileWindow {
  public:
   // dir "" = default_dir. Inactive (every call a no-op) when the profile is off or rank not listed.
+  // cuda: the run's device is a GPU (Kineto's kernels by default, memory snapshots possible);
+  // ConfigError for tools.profile.memory_snapshot without one.
   ProfileWindow(const config::ProfileConfig& c, int rank, const std::string& default_dir,
-                std::vector<models::ModelPart> parts = {}, double peak_tflops = 0);
+                std::vector<models::ModelPart> parts = {}, double peak_tflops = 0, bool cuda = false);
+  ~ProfileWindow();
   bool active() const { return active_; }
   bool recording() const { return open_; }
   // Around each training step; `iteration` is the step's 1-based number.
@@ -50,7 +54,8 @@ class ProfileWindow {
   double peak_tflops_;
   std::vector<std::pair<std::string, double>> flops_;  // by part, in first-seen order
   std::string dir_, summary_;
-  bool active_ = false, open_ = false, done_ = false;
+  bool active_ = false, open_ = false, done_ = false, cuda_ = false;
+  std::unique_ptr<tools::KinetoSession> kineto_;
 };
 
 }  // namespace mm::training

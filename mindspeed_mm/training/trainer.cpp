@@ -234,7 +234,7 @@ void Run::setup_model() {
                                                                 : 0;
   profile_ = std::make_unique<ProfileWindow>(cfg_.tools.profile, par_.env().rank,
                                              tc_.save_dir.empty() ? "profile" : (fs::path(tc_.save_dir) / "profile").string(),
-                                             model_->parts(), peak_tflops_);
+                                             model_->parts(), peak_tflops_, device_.is_cuda());
   if (profile_->active()) {
     tools::Trace::set_memory_source([dev = device_] { return allocated_bytes(dev); });
     log::info("plan: profiling steps ", cfg_.tools.profile.start_step, "-",

@@ -233,4 +233,49 @@ TEST(Cuda, NcclDataParallelMatchesOneProcess) {
   EXPECT_NE(dead.output.find("distributed:"), std::string::npos) << dead.output;
 }
 
+// A profile window on the GPU: Kineto's kernels join the trace on its timeline (inside the
+// window's step), the CUDA allocator's history is written as PyTorch's pickle, the memory
+// readings are the caching allocator's, and `mm memory` is within 15% of the measured peak.
+TEST(Cuda, ProfileHasKernelsMemorySnapshotAndEstimate) {
+  REQUIRE_CUDA(1);
+  const std::string dir = mm::test::fresh_dir("cuda_profile");
+  const std::string cfg = tiny_train_config(dir), mm = mm::test::mm_binary();
+  auto r = run_command(mm + " train " + cfg + " training.device=cuda training.save_dir=" + dir +
+                       "/run training.metrics_file=" + dir + "/m.jsonl tools.profile.start_step=2 tools.profile.steps=2 "
+                       "tools.profile.memory_snapshot=true");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json trace = json::parse(mm::test::read_file(dir + "/run/profile/trace_rank0.json"));
+  double step_begin = 1e300, step_end = 0;
+  int kernels = 0, inside = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("cat", "") == "phase" && e.value("name", "") == "step") {
+      step_begin = std::min(step_begin, e["ts"].get<double>());
+      step_end = std::max(step_end, e["ts"].get<double>() + e["dur"].get<double>());
+    }
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("cat", "") == "kernel") {
+      ++kernels;
+      // Kernels run after their launch, at most a little after the step ends (a step ends in a sync).
+      if (e["ts"].get<double>() >= step_begin && e["ts"].get<double>() <= step_end + 1000) ++inside;
+    }
+  EXPECT_GT(kernels, 20) << r.output;
+  EXPECT_GT(inside, kernels * 9 / 10) << "kernels off the window's timeline";
+  const std::string pickle = mm::test::read_file(dir + "/run/profile/memory_snapshot_rank0.pickle");
+  ASSERT_GT(pickle.size(), 100u);
+  EXPECT_EQ(static_cast<unsigned char>(pickle[0]), 0x80) << "a pickle starts with its protocol opcode";
+  EXPECT_NE(pickle.find("segments"), std::string::npos);
+  EXPECT_NE(pickle.find("device_traces"), std::string::npos);
+  auto est = run_command(mm + " memory " + cfg + " training.device=cuda --json " + dir + "/est.json");
+  ASSERT_EQ(est.exit_code, 0) << est.output;
+  double measured = 0;
+  std::ifstream in(dir + "/m.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.contains("peak_tensor_bytes_per_rank")) measured = j["peak_tensor_bytes_per_rank"][0].get<double>();
+  }
+  const double estimated = json::parse(mm::test::read_file(dir + "/est.json"))["ranks"][0]["peak"].get<double>();
+  std::printf("cuda memory: estimated %.2f MiB, measured %.2f MiB\n", estimated / 1048576, measured / 1048576);
+  EXPECT_NEAR(estimated, measured, 0.15 * measured);
+}
+
 }  // namespace

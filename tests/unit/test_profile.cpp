@@ -195,3 +195,43 @@ TEST(Profile, DdpRanksTraceTheirCollectivesAndVisionBlocksAreRanges) {
   }
   EXPECT_NE(run.output.find("communication share of the steps"), std::string::npos) << run.output;
 }
+
+// tools.profile.kineto: on (the CPU): libtorch's profiler runs in the window and its operators
+// land on our timeline (the anchor aligns the clocks): each of our matmuls has Kineto's within
+// 50 us. Its own trace stays beside ours. A memory snapshot without CUDA is a one-line error.
+TEST(Profile, KinetoJoinsTheTimelineAndSnapshotsNeedCuda) {
+  using namespace mm::test;
+  const std::string dir = fresh_dir("profile_kineto");
+  const std::string cfg = text_config(dir);
+  const TrainRun run = train(cfg, 1, dir + "/m.jsonl",
+                             "training.train_iters=3 training.save_dir=" + dir + "/save training.save_interval=0 "
+                             "tools.profile.start_step=2 tools.profile.steps=1 tools.profile.kineto=on");
+  ASSERT_EQ(run.losses.size(), 3u) << run.output;
+  EXPECT_NE(run.output.find("events from libtorch's profiler (Kineto) on the timeline"), std::string::npos) << run.output;
+  EXPECT_TRUE(json::parse(read_file(dir + "/save/profile/kineto_rank0.json")).contains("traceEvents"));
+  auto by_cat = load_trace(dir + "/save/profile/trace_rank0.json");
+  std::vector<double> kineto_mm;
+  for (const json& e : by_cat["kineto_cpu_op"])
+    if (e["name"] == "aten::mm") kineto_mm.push_back(e["ts"].get<double>());
+  std::sort(kineto_mm.begin(), kineto_mm.end());
+  int ours = 0;
+  for (const json& e : by_cat["op"]) {
+    if (e["name"] != "aten::mm") continue;
+    ++ours;
+    const double ts = e["ts"].get<double>();
+    auto it = std::lower_bound(kineto_mm.begin(), kineto_mm.end(), ts);
+    double best = 1e300;
+    if (it != kineto_mm.end()) best = std::min(best, *it - ts);
+    if (it != kineto_mm.begin()) best = std::min(best, ts - *(it - 1));
+    EXPECT_LT(best, 50.0) << "aten::mm at " << ts;
+  }
+  EXPECT_GT(ours, 5);
+  EXPECT_EQ(kineto_mm.size(), static_cast<size_t>(ours));
+  const std::string trace_text = read_file(dir + "/save/profile/trace_rank0.json");
+  EXPECT_NE(trace_text.find("kineto cpu ops"), std::string::npos);
+  auto snap = run_command(mm_binary() + " train " + cfg + " training.train_iters=2 tools.profile.steps=1 "
+                          "tools.profile.memory_snapshot=true training.save_dir=" + dir + "/snap");
+  EXPECT_EQ(snap.exit_code, 2) << snap.output;
+  EXPECT_NE(snap.output.find("error: config: tools.profile.memory_snapshot needs a CUDA device"), std::string::npos)
+      << snap.output;
+}
