@@ -124,6 +124,26 @@ def wan_vae(args):
                 if name.endswith("gamma"):
                     p.copy_(1 + 0.3 * torch.randn(p.shape, generator=g))
         model.save_pretrained(d, safe_serialization=True)
+    elif cmd == "flops":
+        # PyTorch's FlopCounterMode over the encoder (with quant_conv) and the decoder (with
+        # post_quant_conv) of one clip per pair of args: video T,H,W then latents t,h,w.
+        from torch.utils.flop_counter import FlopCounterMode
+
+        model = load_saved(AutoencoderKLWan, d)
+        out = []
+        for video, latent in zip(args[2::2], args[3::2]):
+            t, h, w = (int(v) for v in video.split(","))
+            lt, lh, lw = (int(v) for v in latent.split(","))
+            row = {}
+            with torch.no_grad():
+                with FlopCounterMode(display=False) as counter:
+                    model._encode(torch.zeros(1, 3, t, h, w))
+                row["encode"] = counter.get_total_flops()
+                with FlopCounterMode(display=False) as counter:
+                    model.decode(torch.zeros(1, model.config.z_dim, lt, lh, lw))
+                row["decode"] = counter.get_total_flops()
+            out.append(row)
+        print(json.dumps(out))
     else:
         model = load_saved(AutoencoderKLWan, d)
         x = load_file(os.path.join(d, "inputs.safetensors"))

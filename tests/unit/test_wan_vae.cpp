@@ -87,6 +87,40 @@ TEST(WanVAE, EncodeAndDecodeEqualDiffusers) {
   EXPECT_TRUE(at::allclose(vae->denormalize(z), mean, 1e-5, 1e-5));
 }
 
+// FLOPs (training_flops, MFU) as PyTorch's FlopCounterMode counts them on diffusers' model: every
+// convolution of the encoder and the decoder exactly, and the mid blocks' attention.
+TEST(WanVAE, FlopsEqualPyTorchFlopCounter) {
+  const std::string dir = mm::test::fresh_dir("wan_vae_flops");
+  mm::test::write_file(dir + "/wanted.json", kTiny.dump());
+  python("wan_vae create " + dir + "/vae " + dir + "/wanted.json --seed 3");
+  auto vae = load_wan_vae(dir + "/vae");
+  const std::vector<std::pair<std::string, std::string>> shapes = {{"9,16,16", "3,2,2"}, {"1,32,48", "1,4,6"}};
+  std::string args;
+  for (const auto& [video, latent] : shapes) args += " " + video + " " + latent;
+  const std::string out = python("wan_vae flops " + dir + "/vae" + args);
+  const nlohmann::json counted = nlohmann::json::parse(out.substr(out.rfind('[')));
+  ASSERT_EQ(counted.size(), shapes.size()) << out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& [video, latent] = shapes[i];
+    const nlohmann::json& want = counted[i];
+    int64_t t, h, w, lt, lh, lw;
+    std::sscanf(video.c_str(), "%ld,%ld,%ld", &t, &h, &w);
+    std::sscanf(latent.c_str(), "%ld,%ld,%ld", &lt, &lh, &lw);
+    // FlopCounterMode has no formula for the CPU's flash attention kernel, so the mid blocks'
+    // q k^T and probs v (4 (hw)^2 C per latent frame, C = 16 here) are added to its figures.
+    const double attention = 4.0 * static_cast<double>(lh * lw) * static_cast<double>(lh * lw) * 16 * static_cast<double>(lt);
+    EXPECT_DOUBLE_EQ(vae->encode_flops(t, h, w), want["encode"].get<double>() + attention) << video;
+    EXPECT_DOUBLE_EQ(vae->decode_flops(lt, lh, lw), want["decode"].get<double>() + attention) << latent;
+    std::printf("wan vae flops of a %s clip: encode %.0f, decode %.0f (FlopCounterMode: %.0f, %.0f)\n", video.c_str(),
+                vae->encode_flops(t, h, w), vae->decode_flops(lt, lh, lw), want["encode"].get<double>(),
+                want["decode"].get<double>());
+  }
+  // A training step's: three times the forward (encode, then decode of its latents) per clip.
+  mm::data::Batch b;
+  b.set(mm::data::kVideo, at::zeros({2, 3, 9, 16, 16}));
+  EXPECT_DOUBLE_EQ(vae->training_flops(b), 3 * 2 * (vae->encode_flops(9, 16, 16) + vae->decode_flops(3, 2, 2)));
+}
+
 // The original Wan2.1_VAE.pth names: mm writes a torch.save state dict under them, diffusers' own
 // converter (convert_wan_vae_to_diffusers, which hard-codes Wan2.1's 4 levels of 2 resnets) turns
 // it back into exactly the diffusers tensors, and mm loads the .pth to the same decode.

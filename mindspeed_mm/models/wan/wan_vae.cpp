@@ -1,5 +1,6 @@
 #include "mindspeed_mm/models/wan/wan_vae.h"
 
+#include <tuple>
 #include <filesystem>
 #include <optional>
 
@@ -554,7 +555,14 @@ const mm::Registrar kSizeWanVAE(model_size_registry(), "wan_vae", [](const nlohm
   // Built without storage (deferred) just to count: the VAE has no closed form worth keeping.
   mm::nn::DeferredInitGuard deferred;
   AutoencoderKLWan m(WanVAEConfig::from_json(hf, source));
-  return ModelSize{{{"vae", m.num_parameters()}}};
+  ModelSize size{{{"vae", m.num_parameters()}}};
+  const int64_t tf = m.config.temporal_factor(), sf = m.config.spatial_factor();
+  for (const auto& [name, f, h, w] : {std::tuple<const char*, int64_t, int64_t, int64_t>{"480p 81-frame clip", 81, 480, 832},
+                                      {"720p 81-frame clip", 81, 720, 1280}})
+    size.sample_flops.emplace_back(
+        cat(name, " (encode + decode)"),
+        3.0 * (m.encode_flops(f, h, w) + m.decode_flops(1 + (f - 1) / tf, h / sf, w / sf)));
+  return size;
 });
 }  // namespace
 

@@ -164,8 +164,14 @@ class AutoencoderKLWan : public Model {
   // The original Wan2.1 VAE's names load too (wan_vae_diffusers_name).
   std::string parameter_name(const std::string& checkpoint_name) const override;
   double input_tokens(const data::Batch& host) const override;  // pixels x frames
-  double training_flops(const data::Batch& host) const override { return 0; }  // not counted yet
-  std::string cost_summary(int64_t) const override { return "FLOPs not counted for the VAE yet"; }
+  // wan_vae_flops.cpp: convolutions' and the mid blocks' attention's multiply-adds, as PyTorch's
+  // FlopCounterMode counts them (2 per MAC; norms and activations not counted).
+  double training_flops(const data::Batch& host) const override;  // 3 x (encode + decode) per clip
+  std::string cost_summary(int64_t) const override;
+  // Forward FLOPs of one clip of `frames` x height x width pixels through the encoder (with
+  // quant_conv), and of its latents [f, h, w] through the decoder (with post_quant_conv).
+  double encode_flops(int64_t frames, int64_t height, int64_t width) const;
+  double decode_flops(int64_t frames, int64_t height, int64_t width) const;
 
   // video [B, in_channels, 1 + 4k, H, W] -> the posterior's moments [B, 2 z, 1 + k, H/8, W/8]
   // (mean, then log-variance). chunked: the first frame, then 4 frames at a time.
