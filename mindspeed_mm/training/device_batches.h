@@ -18,6 +18,7 @@ namespace mm::training {
 struct MicroBatch {
   data::Batch host;    // as the loader made it: counts and FLOPs are read from here, not the device
   data::Batch device;  // what the forward takes (the same tensors on the CPU)
+  double extra_flops = 0;  // spent on it outside the trained model (frozen input encoders), counted in the step's
 };
 
 class DevicePrefetcher {

@@ -33,7 +33,7 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   for (const auto& mb : micro) {
     local[0] += env.objective.count(mb.host);
     local[1] += env.model.input_tokens(mb.host);
-    local[2] += env.model.training_flops(mb.host);
+    local[2] += env.model.training_flops(mb.host) + mb.extra_flops;
   }
   local.insert(local.end(), local_sums.begin(), local_sums.end());
   const std::vector<double> global = env.par.dp_sum(local);

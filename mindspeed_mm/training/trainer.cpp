@@ -300,9 +300,18 @@ void Run::step() {
     tools::TraceScope phase("data", "phase");
     for (int64_t m = 0; m < tc_.gradient_accumulation_steps; ++m) {
       micro.push_back(batches_->next());
-      if (encoder_) encoder_->encode(micro.back().device, micro.back().host);
+      // Frozen encoders' FLOPs by part, read before they consume their inputs.
+      std::vector<std::pair<std::string, double>> encoder_flops;
+      if (encoder_) {
+        encoder_flops = encoder_->flops_by_part(micro.back().host);
+        for (const auto& [part, f] : encoder_flops) micro.back().extra_flops += f;
+        encoder_->encode(micro.back().device, micro.back().host);
+      }
       if (!warned_unread_) warn_unread_fields(micro.back().host);
-      if (profile_ && profile_->recording()) profile_->add_flops(model_->training_flops_by_part(micro.back().host));
+      if (profile_ && profile_->recording()) {
+        profile_->add_flops(model_->training_flops_by_part(micro.back().host));
+        profile_->add_flops(encoder_flops);
+      }
     }
   }
   StepEnv env{*model_, *objective_, *dp_, *optimizer_, par_, tc_.precision == "bf16", tc_.clip_grad};

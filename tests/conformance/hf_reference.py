@@ -131,11 +131,18 @@ def generate(d, n):
 
 
 def encoder(d):
+    from torch.utils.flop_counter import FlopCounterMode
+
     model, _ = load(d)
     x = inputs(d)
     with torch.no_grad():
         h = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"]).last_hidden_state
+        # The forward's FLOPs as PyTorch counts them (matmuls: 2 per multiply-add).
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=x["input_ids"], attention_mask=x["attention_mask"])
     save_file({"last_hidden_state": h.contiguous()}, os.path.join(d, "hidden.safetensors"))
+    with open(os.path.join(d, "flops.json"), "w") as f:
+        json.dump({"flops": counter.get_total_flops(), "shape": list(x["input_ids"].shape)}, f)
 
 
 def train_step(d):

@@ -7,9 +7,16 @@
 // features.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
 #include "mindspeed_mm/data/features.h"
 #include "mindspeed_mm/data/media/video_writer.h"
 #include "mindspeed_mm/inference/extract_features.h"
+#include "mindspeed_mm/models/umt5/umt5.h"
+#include "mindspeed_mm/models/wan/wan_vae.h"
 #include "metrics_file.h"
 #include "run_command.h"
 
@@ -152,8 +159,29 @@ TEST(ExtractFeatures, OnlineEncodingTrainsAsExtractedFeatures) {
                        "  encoders: {id: wan, path: " + dir + "/pipe, max_sequence_length: 8}\n" + rest);
   auto a = run_command(mm + " train " + dir + "/features.yaml training.metrics_file=" + dir + "/a.jsonl");
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = run_command(mm + " train " + dir + "/online.yaml training.metrics_file=" + dir + "/b.jsonl");
+  auto b = run_command(mm + " train " + dir + "/online.yaml training.metrics_file=" + dir + "/b.jsonl training.save_dir=" + dir +
+                       "/b tools.profile.start_step=2 tools.profile.steps=1");
   ASSERT_EQ(b.exit_code, 0) << b.output;
+  // The frozen encoders' forward FLOPs count in the step's (2 clips of 5 x 32 x 32 through the
+  // VAE's encoder, 2 captions of 8 tokens through umT5) and are parts of the profile summary.
+  auto step_flops = [](const std::string& metrics) {
+    std::map<int64_t, double> out;
+    std::istringstream in(mm::test::read_file(metrics));
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("tflops")) out[j["iter"].get<int64_t>()] = j["tflops"].get<double>() * j["step_time_s"].get<double>() * 1e12;
+    }
+    return out;
+  };
+  const double encoders = 2 * (mm::models::load_wan_vae(dir + "/pipe/vae")->encode_flops(5, 32, 32) +
+                               mm::models::umt5_forward_flops(mm::models::load_umt5_encoder(dir + "/pipe/text_encoder")->config, 8));
+  const auto fa = step_flops(dir + "/a.jsonl"), fb = step_flops(dir + "/b.jsonl");
+  ASSERT_EQ(fa.size(), 4u);
+  for (const auto& [it, f] : fa) EXPECT_NEAR(fb.at(it) - f, encoders, 1e-6 * fb.at(it)) << "iteration " << it;
+  const auto summary = nlohmann::json::parse(mm::test::read_file(dir + "/b/profile/profile_summary_rank0.json"));
+  std::set<std::string> parts;
+  for (const auto& p : summary["parts"]) parts.insert(p["name"].get<std::string>());
+  EXPECT_EQ(parts, (std::set<std::string>{"transformer", "vae (frozen)", "text encoder (frozen)"})) << summary.dump();
   EXPECT_NE(b.output.find("encoders: wan from " + dir + "/pipe"), std::string::npos) << b.output;
   const auto la = mm::test::metrics_losses(dir + "/a.jsonl"), lb = mm::test::metrics_losses(dir + "/b.jsonl");
   ASSERT_EQ(la.size(), 4u);

@@ -46,6 +46,10 @@ TEST(UMT5, HiddenStatesEqualTransformers) {
   const double err = mm::test::rel_err(got, want);
   EXPECT_LT(err, 1e-4);
   std::printf("umt5: max relative difference of the last hidden states from transformers %.2e\n", err);
+  // Its FLOPs as PyTorch's FlopCounterMode counts transformers' forward (what online encoding
+  // adds to a step's FLOPs).
+  const nlohmann::json flops = nlohmann::json::parse(mm::test::read_file(dir + "/flops.json"));
+  EXPECT_DOUBLE_EQ(2 * umt5_forward_flops(m->config, 40), flops["flops"].get<double>());
   // Without a mask every token is real: row 0 is the same either way.
   EXPECT_TRUE(at::allclose(m->forward(ids.narrow(0, 0, 1)), got.narrow(0, 0, 1), 1e-5, 1e-5));
 

@@ -239,4 +239,12 @@ void save_umt5_encoder(const UMT5EncoderModel& m, const std::string& dir) {
   st::write_file_atomic(dir + "/config.json", m.config.to_json().dump(2) + "\n");
 }
 
+double umt5_forward_flops(const UMT5Config& c, int64_t seq_len) {
+  const double L = static_cast<double>(seq_len), inner = static_cast<double>(c.num_heads * c.d_kv);
+  const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff);
+  const double ffn = (c.feed_forward_proj.rfind("gated", 0) == 0 ? 3 : 2) * d * ff;
+  const double layer = 2 * L * (4 * d * inner + ffn) + 4 * L * L * inner;
+  return static_cast<double>(c.num_layers) * layer;
+}
+
 }  // namespace mm::models

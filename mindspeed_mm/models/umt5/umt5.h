@@ -101,6 +101,10 @@ class UMT5EncoderModel : public mm::nn::Module {
   std::shared_ptr<RMSNorm> final_layer_norm;
 };
 
+// Forward FLOPs of one sequence of seq_len tokens (2 per multiply-add of the projections, the
+// feed-forward and attention's q k^T and probs v; norms, biases and softmax not counted).
+double umt5_forward_flops(const UMT5Config& c, int64_t seq_len);
+
 // An encoder directory (config.json with model_type umt5 + safetensors) loaded in fp32.
 // dir: a transformers directory (config.json + safetensors), or one whose weights are Wan's
 // original models_t5_umt5-xxl-enc-bf16.pth (original names), or that .pth file itself

@@ -33,6 +33,10 @@ class InputEncoder {
   // consumed there; `host` (the loader's CPU copy, which counts and FLOPs are read from) gets the
   // provided fields too, as CPU tensors. No gradient flows into the encoders.
   virtual void encode(data::Batch& device, data::Batch& host) const = 0;
+  // Forward FLOPs the encoders spend on a batch, by part ("vae (frozen)", "text encoder
+  // (frozen)"), read from the host batch before encode(): the step's FLOPs and MFU include them
+  // and the profile summary lists them as parts.
+  virtual std::vector<std::pair<std::string, double>> flops_by_part(const data::Batch& host) const { return {}; }
   // What the run's first lines say ("wan: VAE 1.2M + umT5 3.4M parameters, frozen").
   virtual std::string describe() const = 0;
 };

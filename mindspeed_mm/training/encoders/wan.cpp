@@ -65,6 +65,14 @@ class WanEncoders : public InputEncoder {
     }
   }
 
+  std::vector<std::pair<std::string, double>> flops_by_part(const data::Batch& host) const override {
+    const at::Tensor& video = host[data::kVideo];
+    if (!video.defined() || video.dim() != 5) return {};
+    const double clips = static_cast<double>(video.size(0));
+    return {{"vae (frozen)", clips * pipe_.vae->encode_flops(video.size(2), video.size(3), video.size(4))},
+            {"text encoder (frozen)", clips * models::umt5_forward_flops(pipe_.text_encoder->config, max_len_)}};
+  }
+
   std::string describe() const override {
     return cat("VAE ", pipe_.vae->num_parameters(), " + umT5 ", pipe_.text_encoder->num_parameters(),
                " parameters, frozen; captions to ", max_len_, " tokens");
