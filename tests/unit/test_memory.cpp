@@ -91,21 +91,30 @@ TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheParallelLayouts) {
   const std::string vl = mm::test::vl_config(dir + "/vl", 24);
   // Layers wide enough that activations, not the process's fixed tensors, make the peak.
   const std::string wide = "training.micro_batch_size=8 model.config.hidden_size=128 model.config.intermediate_size=384 ";
-  compare("text one process", text, 1, wide, dir);
-  compare("text ddp 2", text, 2, wide + "parallel.data_parallel_replicate_size=2", dir);
-  compare("text ddp 2 zero-1", text, 2, wide + "parallel.data_parallel_replicate_size=2 parallel.distributed_optimizer=true", dir);
-  compare("text fsdp 2", text, 2, wide + "parallel.data_parallel_shard_size=2", dir);
-  compare("text tp 2", text, 2, wide + "parallel.tensor_parallel_size=2", dir);
-  compare("text tp 2 sequence parallel", text, 2, wide + "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true", dir);
-  compare("text pp 2 (4 micro-batches)", text, 2, wide + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
-  compare("text recompute", text, 1, wide + "'features.recompute=[model.layers.{*}]'", dir);
-  compare("text 2 micro-batches", text, 1, wide + "training.gradient_accumulation_steps=2", dir);
   const std::string vl_wide = "training.micro_batch_size=4 ";
-  compare("vl one process", vl, 1, vl_wide, dir);
-  compare("vl ddp 2", vl, 2, vl_wide + "parallel.data_parallel_replicate_size=2", dir);
-  compare("vl fsdp 2", vl, 2, vl_wide + "parallel.data_parallel_shard_size=2", dir);
-  compare("vl tp 2", vl, 2, vl_wide + "model.config.vocab_size=264 parallel.tensor_parallel_size=2", dir);
-  compare("vl pp 2 (4 micro-batches)", vl, 2, vl_wide + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
+  const std::string pp2 = "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4";
+  const struct {
+    const char* name;
+    const std::string& cfg;
+    int ranks;
+    std::string overrides;
+  } layouts[] = {
+      {"text one process", text, 1, wide},
+      {"text ddp 2", text, 2, wide + "parallel.data_parallel_replicate_size=2"},
+      {"text ddp 2 zero-1", text, 2, wide + "parallel.data_parallel_replicate_size=2 parallel.distributed_optimizer=true"},
+      {"text fsdp 2", text, 2, wide + "parallel.data_parallel_shard_size=2"},
+      {"text tp 2", text, 2, wide + "parallel.tensor_parallel_size=2"},
+      {"text tp 2 sequence parallel", text, 2, wide + "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true"},
+      {"text pp 2 (4 micro-batches)", text, 2, wide + pp2},
+      {"text recompute", text, 1, wide + "'features.recompute=[model.layers.{*}]'"},
+      {"text 2 micro-batches", text, 1, wide + "training.gradient_accumulation_steps=2"},
+      {"vl one process", vl, 1, vl_wide},
+      {"vl ddp 2", vl, 2, vl_wide + "parallel.data_parallel_replicate_size=2"},
+      {"vl fsdp 2", vl, 2, vl_wide + "parallel.data_parallel_shard_size=2"},
+      {"vl tp 2", vl, 2, vl_wide + "model.config.vocab_size=264 parallel.tensor_parallel_size=2"},
+      {"vl pp 2 (4 micro-batches)", vl, 2, vl_wide + pp2},
+  };
+  for (const auto& l : layouts) compare(l.name, l.cfg, l.ranks, l.overrides, dir);
 }
 
 // Features of the tiny DiT quickstart's shapes (16 x 3 x 12 x 12 latents, 64-wide text of 12
