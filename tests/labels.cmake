@@ -12,7 +12,7 @@ set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrai
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
     FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
-    WanVAETrain LatentStats Judge QuickstartVideo Convert Profile Report Memory)
+    WanVAETrain LatentStats Judge QuickstartVideo Convert Profile Report Memory ChunkedLoss)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)
 set(_mm_conformance_suites Qwen2Conformance VLConformance TokenizerConformance TokenizerVariants PretrainedTokenizer

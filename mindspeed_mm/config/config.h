@@ -362,6 +362,9 @@ struct TrainingConfig {
   // micro-batches and data-parallel ranks); per_sample: the mean over samples of each sample's
   // mean token loss. Either is the same for any DP size and accumulation count.
   std::string loss_normalization = "per_token";
+  // > 0: a language model's head and cross-entropy run in chunks of this many tokens, the full
+  // [tokens, vocab] logits never made (backward recomputes each chunk's); 0: whole logits.
+  int64_t loss_chunk_size = 0;
   // The objective registry's id (training/objectives/): auto = the model's own (causal_lm for
   // language and vision-language models).
   std::string objective = "auto";
@@ -389,6 +392,7 @@ struct TrainingConfig {
     io.section("lr_schedule", lr_schedule);
     io("clip_grad", clip_grad, ge(0));
     io("loss_normalization", loss_normalization, one_of({"per_token", "per_sample"}));
+    io("loss_chunk_size", loss_chunk_size, ge(0));
     io("objective", objective);
     io.section("flow_matching", flow_matching);
     io.section("vae", vae);

@@ -1,8 +1,11 @@
 #include "mindspeed_mm/models/causal_lm.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/models/common/cross_entropy.h"
 
 namespace mm::models {
 
@@ -70,8 +73,17 @@ double CausalLM::training_flops(const MultimodalInputs& in) const {
   return static_cast<double>(real_tokens(in)) * flops_per_token(in.input_ids.size(-1));
 }
 
+at::Tensor CausalLM::forward_hidden(const MultimodalInputs&) {
+  throw Error(cat("model ", type_name(), " cannot fuse its head with the loss (training.loss_chunk_size)"));
+}
+
 Outputs CausalLM::forward(const data::Batch& batch) {
   Outputs out;
+  if (loss_chunk_ > 0 && at::GradMode::is_enabled() && batch.has(data::kLabels)) {
+    out.set(kTokenLosses, chunked_linear_cross_entropy(forward_hidden(multimodal_inputs(batch)), head_weight(),
+                                                       batch[data::kLabels], loss_chunk_));
+    return out;
+  }
   out.set(kLogits, forward_multimodal(multimodal_inputs(batch)));
   return out;
 }

@@ -76,7 +76,16 @@ class CausalLM : public Model {
   // Whether forward_multimodal uses the vision fields (a text model ignores them).
   virtual bool has_vision() const { return false; }
 
-  // The Model interface: {"logits": [B, S, vocab]}; objective causal_lm.
+  // The final normed hidden states of `in` (what the head turns into logits) and the head's weight
+  // [vocab, hidden] (the embedding's when tied), for the fused chunked loss. The defaults: none.
+  virtual at::Tensor forward_hidden(const MultimodalInputs& in);
+  virtual at::Tensor head_weight() const { return {}; }
+  // training.loss_chunk_size: with tokens > 0, a training forward (grad mode, labels in the batch)
+  // gives {"token_losses"} through chunked_linear_cross_entropy instead of the whole logits.
+  void set_loss_chunk(int64_t tokens) { loss_chunk_ = tokens; }
+  int64_t loss_chunk() const { return loss_chunk_; }
+
+  // The Model interface: {"logits": [B, S, vocab]} (or {"token_losses"}, above); objective causal_lm.
   Outputs forward(const data::Batch& batch) override;
   std::vector<std::string> required_fields() const override;
   std::vector<std::string> optional_fields() const override;
@@ -86,6 +95,9 @@ class CausalLM : public Model {
   double input_tokens(const data::Batch& host) const override;
   double training_flops(const data::Batch& host) const override;
   std::string cost_summary(int64_t seq_len) const override;
+
+ private:
+  int64_t loss_chunk_ = 0;
 };
 
 // model as a CausalLM, or mm::Error "<what>: model <type> is not a language model".

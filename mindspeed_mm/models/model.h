@@ -25,6 +25,9 @@ namespace mm::models {
 // A forward pass's results by name ("logits").
 using Outputs = data::TensorMap;
 inline constexpr std::string_view kLogits = "logits";
+// fp32 [B, S]: each position's cross-entropy (0 where unlabeled), from a language model that fuses
+// its head with the loss (training.loss_chunk_size) instead of giving logits.
+inline constexpr std::string_view kTokenLosses = "token_losses";
 
 // A named part of a model: the parameters under a path prefix ("visual." for Qwen2-VL's vision
 // tower), the longest matching prefix deciding, so "" holds what no other part claims. Parameter

@@ -142,9 +142,9 @@ std::vector<Plot> make_plots(const std::vector<RunRecord>& runs, double smoothin
       {"throughput", "throughput", "tokens / s", "tokens_per_s", 1},
       {"mfu", "model FLOPs utilisation", "MFU %", "mfu", 100},
       {"step_time", "step time", "ms", "step_time_s", 1000},
-      {"memory", "peak memory per step", "MiB", "mem_peak_bytes", 1.0 / 1048576},
-      {"memory_reserved", "peak reserved memory per step (CUDA caching allocator)", "MiB", "mem_peak_reserved_bytes",
-       1.0 / 1048576},
+      {"memory", "peak live tensors per step", "MiB", "mem_peak_bytes", 1.0 / 1048576},
+      {"memory_reserved", "peak process memory per step (CUDA: reserved; CPU: resident set)", "MiB",
+       "mem_peak_reserved_bytes", 1.0 / 1048576},
   };
   for (const PlotSpec& s : specs) {
     if (!has(s.key)) continue;

@@ -260,6 +260,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     q.tp = mesh.tp;
     q.sequence_parallel = pc.sequence_parallel;
     q.vocab_parallel = tp.vocab_parallel_logits;
+    q.loss_chunk = tc.loss_chunk_size;
     if (pipe) {
       std::vector<std::string> held;
       for (int c = 0; c < pipe->num_chunks(); ++c) {

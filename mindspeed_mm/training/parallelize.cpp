@@ -43,6 +43,13 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
     make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp, vp);
     pipeline_schedule(0, mesh.pp, static_cast<int>(cfg.training.gradient_accumulation_steps), vp);  // micro-batch count
   }
+  if (cfg.training.loss_chunk_size > 0) {
+    if (!dynamic_cast<models::CausalLM*>(&model))
+      throw ConfigError(cat("config: training.loss_chunk_size: model ", cfg.model.id, " is not a language model"));
+    if (mesh.tp > 1 || mesh.pp > 1)
+      throw ConfigError("config: training.loss_chunk_size with tensor or pipeline parallelism is not built yet (the "
+                        "vocabulary-parallel loss and the last stage keep whole logits)");
+  }
 }
 
 std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const config::Config& cfg,
@@ -156,6 +163,11 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   // 5. recompute
   if (!cfg.features.recompute.empty())
     log::info("plan: recomputing activations of ", apply_recompute_plan(model, cfg.features.recompute), " blocks");
+  // 6. the head fused with the loss, in chunks (checked above: a language model, no TP or PP)
+  if (cfg.training.loss_chunk_size > 0) {
+    dynamic_cast<models::CausalLM&>(model).set_loss_chunk(cfg.training.loss_chunk_size);
+    log::info("plan: head and cross-entropy in chunks of ", cfg.training.loss_chunk_size, " tokens (no whole logits)");
+  }
   if (lora.enabled()) dp->set_checkpoint_trainable_only(true);  // the base comes from model.pretrained
   if (lora_out) *lora_out = std::move(lora);
   return dp;

@@ -9,6 +9,8 @@
 //   4. materialise      a model built deferred (FSDP) gets its shards: initialised from the seed,
 //                       then model.pretrained's tensors, each rank keeping its slices
 //   5. recompute        features.recompute: activation checkpointing of the matching blocks
+//   6. chunked loss     training.loss_chunk_size: a language model's head fused with its
+//                       cross-entropy, chunk by chunk (models/common/cross_entropy.h)
 // A new plan (LoRA, offload, context parallel) is one more numbered step here.
 #pragma once
 

@@ -58,7 +58,7 @@ TEST(Report, TwoRunsOnOnePageThatChromiumRenders) {
   const std::string html = read_file(dir + "/out/report.html");
   for (const char* want : {"<!DOCTYPE html>", "fast", "slow", "train_iters: 20", "libtorch", "world_size",
                            "id=\"plot-loss\"", "id=\"plot-lr\"", "id=\"plot-grad_norm\"", "id=\"plot-throughput\"",
-                           "id=\"plot-memory\"", "id=\"plot-val_ppl\"", "data:image/svg+xml;base64,"})
+                           "id=\"plot-memory\"", "id=\"plot-memory_reserved\"", "id=\"plot-val_ppl\"", "data:image/svg+xml;base64,"})
     EXPECT_NE(html.find(want), std::string::npos) << want;
   // Self-contained: nothing to fetch.
   for (const char* fetch : {"src=\"http", "href=\"http", "<link", "src=\"/", "src=\"file"})
@@ -83,7 +83,7 @@ TEST(Report, TwoRunsOnOnePageThatChromiumRenders) {
   const std::string url = "file://" + fs::absolute(dir + "/out/report.html").string();
   auto dom = run_command(flags + "--enable-logging=stderr --v=0 --dump-dom " + url + " 2>" + dir + "/console.log");
   ASSERT_EQ(dom.exit_code, 0) << dom.output;
-  EXPECT_NE(dom.output.find("loaded 7 plots, errors: 0"), std::string::npos) << dom.output.substr(0, 2000);
+  EXPECT_NE(dom.output.find("loaded 8 plots, errors: 0"), std::string::npos) << dom.output.substr(0, 2000);
   const std::string console = read_file(dir + "/console.log");
   EXPECT_EQ(console.find("Uncaught"), std::string::npos) << console;
   auto shot = run_command(flags + "--screenshot=" + dir + "/shot.png " + url + " 2>/dev/null");

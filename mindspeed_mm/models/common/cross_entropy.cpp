@@ -1,6 +1,9 @@
 #include "mindspeed_mm/models/common/cross_entropy.h"
 
 #include <ATen/core/Reduction.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
 
 #include "mindspeed_mm/core/errors.h"
 
@@ -66,6 +69,69 @@ int64_t scored_samples(const at::Tensor& labels, const at::Tensor& segment_ids) 
   at::Tensor tokens = at::zeros({n}, at::TensorOptions().dtype(at::kLong).device(labels.device()))
                           .index_add(0, sid, (labels.reshape({-1}) != kIgnoreIndex).to(at::kLong));
   return (tokens > 0).sum().item<int64_t>();
+}
+
+namespace {
+
+// One chunk's fp32 logits [n, V] of hidden rows [s, s + n).
+at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& w, int64_t s, int64_t n) {
+  return at::matmul(h.narrow(0, s, n), w.t()).to(at::kFloat);
+}
+
+struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels, int64_t chunk) {
+    const int64_t H = hidden.size(-1), N = hidden.numel() / std::max<int64_t>(1, H);
+    const at::Tensor h = hidden.reshape({N, H}), y = labels.reshape({N}).to(at::kLong);
+    at::Tensor out = at::zeros({N}, hidden.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < N; s += chunk) {
+      const int64_t n = std::min(chunk, N - s);
+      const at::Tensor logits = chunk_logits(h, weight, s, n);
+      const at::Tensor yc = y.narrow(0, s, n);
+      const at::Tensor target = logits.gather(1, yc.clamp_min(0).unsqueeze(1)).squeeze(1);
+      out.narrow(0, s, n).copy_((at::logsumexp(logits, {1}) - target) * yc.ne(kIgnoreIndex).to(at::kFloat));
+    }
+    ctx->save_for_backward({hidden, weight, labels});
+    ctx->saved_data["chunk"] = chunk;
+    return out.view(labels.sizes());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& hidden = saved[0];
+    const at::Tensor& weight = saved[1];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const int64_t H = hidden.size(-1), N = hidden.numel() / std::max<int64_t>(1, H);
+    const at::Tensor h = hidden.reshape({N, H}), y = saved[2].reshape({N}).to(at::kLong);
+    const at::Tensor g = grads[0].reshape({N}).to(at::kFloat);
+    at::Tensor grad_h = at::empty({N, H}, hidden.options());
+    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < N; s += chunk) {
+      const int64_t n = std::min(chunk, N - s);
+      const at::Tensor yc = y.narrow(0, s, n);
+      // d loss / d logits = (softmax - onehot(label)) x the token's upstream gradient (0 if ignored).
+      at::Tensor d = at::softmax(chunk_logits(h, weight, s, n), 1);
+      d.scatter_add_(1, yc.clamp_min(0).unsqueeze(1), at::full({n, 1}, -1.0, d.options()));
+      d.mul_((g.narrow(0, s, n) * yc.ne(kIgnoreIndex).to(at::kFloat)).unsqueeze(1));
+      const at::Tensor dh = d.to(weight.scalar_type());
+      grad_h.narrow(0, s, n).copy_(at::matmul(dh, weight));
+      grad_w.add_(at::matmul(dh.t(), h.narrow(0, s, n)).to(at::kFloat));
+    }
+    return {grad_h.view(hidden.sizes()), grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                                        int64_t chunk) {
+  MM_CHECK(chunk > 0, "chunked cross-entropy: chunk must be > 0 (got ", chunk, ")");
+  MM_CHECK(hidden.dim() >= 2 && weight.dim() == 2 && weight.size(1) == hidden.size(-1) &&
+               labels.numel() * hidden.size(-1) == hidden.numel(),
+           "chunked cross-entropy: hidden ", hidden.sizes(), ", head weight ", weight.sizes(), " and labels ",
+           labels.sizes(), " do not line up");
+  return ChunkedLinearCrossEntropy::apply(hidden, weight, labels, chunk);
 }
 
 at::Tensor lm_cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {

@@ -29,6 +29,15 @@ CrossEntropySum per_sample_sum(const at::Tensor& token_losses, const at::Tensor&
 // The `count` of lm_cross_entropy_per_sample_sum from the labels alone (before the forward).
 int64_t scored_samples(const at::Tensor& labels, const at::Tensor& segment_ids);
 
+// The language-model head fused with its loss, in chunks of `chunk` tokens, so that the full
+// [tokens, vocab] logits never exist: hidden [..., H] (the final normed states), the head's
+// weight [V, H] (no bias), labels shaped like hidden without its last dim -> fp32 per-token
+// cross-entropy of hidden @ weight^T, 0 where the label is -100. Backward recomputes each chunk's
+// logits (one more head matmul) and gives hidden's and weight's gradients; at most one chunk's
+// logits and their softmax live at once (Liger's / Megatron's fused linear cross-entropy).
+at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                                        int64_t chunk);
+
 // Mean over counted tokens; 0 (with zero gradients) when no token is counted.
 at::Tensor lm_cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
 

@@ -274,6 +274,10 @@ at::Tensor LlavaForConditionalGeneration::forward(const at::Tensor& input_ids, c
 }
 
 at::Tensor LlavaForConditionalGeneration::forward_multimodal(const MultimodalInputs& in) {
+  return language_model->logits(forward_hidden(in));
+}
+
+at::Tensor LlavaForConditionalGeneration::forward_hidden(const MultimodalInputs& in) {
   MM_CHECK(in.input_ids.dim() == 2, "llava: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
   MM_CHECK(!in.pixel_values_videos.defined(), "llava: the model takes images only, not videos");
   at::Tensor h = language_model->model->embed_tokens->forward(in.input_ids);
@@ -284,7 +288,7 @@ at::Tensor LlavaForConditionalGeneration::forward_multimodal(const MultimodalInp
                               cat(" for ", in.pixel_values.size(0), " image(s), ", config.image_tokens(),
                                   " each: set data.processor.image_tokens to ", config.image_tokens()));
   }
-  return language_model->forward_embeds(h, in);
+  return language_model->hidden_from_embeds(h, in);
 }
 
 double LlavaForConditionalGeneration::training_flops(const MultimodalInputs& in) const {

@@ -130,6 +130,8 @@ class LlavaForConditionalGeneration : public CausalLM {
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids = {},
                      const at::Tensor& attn_mask = {}) override;
   at::Tensor forward_multimodal(const MultimodalInputs& in) override;
+  at::Tensor forward_hidden(const MultimodalInputs& in) override;
+  at::Tensor head_weight() const override { return language_model->head_weight(); }
   // pixel_values [n, C, S, S] -> projected features [n, image_tokens, text hidden].
   at::Tensor image_features(const at::Tensor& pixel_values);
   void init_weights(uint64_t seed) override;

@@ -225,6 +225,17 @@ at::Tensor Qwen2ForCausalLM::forward_multimodal(const MultimodalInputs& in) {
 }
 
 at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const MultimodalInputs& in) {
+  return logits(hidden_from_embeds(h, in));
+}
+
+at::Tensor Qwen2ForCausalLM::forward_hidden(const MultimodalInputs& in) {
+  MM_CHECK(in.input_ids.dim() == 2, "qwen2: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
+  return hidden_from_embeds(model->embed_tokens->forward(in.input_ids), in);
+}
+
+at::Tensor Qwen2ForCausalLM::head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
+
+at::Tensor Qwen2ForCausalLM::hidden_from_embeds(const at::Tensor& h, const MultimodalInputs& in) {
   const int64_t B = h.size(0), S = h.size(1);
   const int64_t past = in.kv_cache ? in.kv_cache->length() : 0;
   at::Tensor pos = in.position_ids.defined()
@@ -233,7 +244,7 @@ at::Tensor Qwen2ForCausalLM::forward_embeds(const at::Tensor& h, const Multimoda
                              .unsqueeze(0)
                              .expand({B, S});
   const mm::nn::ForwardContext rope = model->make_context(pos, h.scalar_type());
-  return logits(model->forward(h, decoder_context(rope.cos, rope.sin, h.scalar_type(), in)));
+  return model->forward(h, decoder_context(rope.cos, rope.sin, h.scalar_type(), in));
 }
 
 std::vector<PipelineSubmodule> Qwen2ForCausalLM::pipeline_submodules() const {

@@ -152,6 +152,10 @@ class Qwen2ForCausalLM : public CausalLM {
   at::Tensor forward_embeds(const at::Tensor& inputs_embeds, const MultimodalInputs& in);
   // hidden [B, S, hidden] -> logits [B, S, vocab] (through embed_tokens.weight when tied).
   at::Tensor logits(const at::Tensor& hidden) const;
+  // forward_embeds without the head: the final normed hidden states.
+  at::Tensor hidden_from_embeds(const at::Tensor& inputs_embeds, const MultimodalInputs& in);
+  at::Tensor forward_hidden(const MultimodalInputs& in) override;
+  at::Tensor head_weight() const override;
   // Pipeline pieces: one submodule "text" (embedding before the layers; the final norm and the
   // head, or the tied embedding, after them). carry: "hidden" between layers, "logits" at the end.
   std::vector<PipelineSubmodule> pipeline_submodules() const override;

@@ -13,7 +13,10 @@
 // Its backward holds the MLP's three intermediate gradients and the hidden state's at once.
 // Outside the layers: the embedding output (H), the rotary tables (2 head_dim), the final norm
 // (2 H), and for the loss the logits and their log-softmax (2 V, V / t when vocabulary-parallel),
-// whose two gradients backward makes first. Packed rows add their [B, 1, S, S] attention masks.
+// whose two gradients backward makes first; with the chunked head and loss only the per-token
+// losses, and one chunk's logits in backward. Packed rows add their [B, 1, S, S] attention masks.
+#include <algorithm>
+
 #include "mindspeed_mm/data/batch.h"
 #include "mindspeed_mm/models/qwen2/qwen2.h"
 
@@ -45,11 +48,21 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
   }
   if (q.last_stage) {
     const int64_t V = q.vocab_parallel ? c.vocab_size / t : c.vocab_size;
-    const int64_t norm = N / sp * 2 * H * f, logits = N * 2 * V * f;
-    e.after += norm + logits;
-    e.backward_extra += logits;
+    const int64_t norm = N / sp * 2 * H * f;
+    e.after += norm;
     e.notes.emplace_back("final norm", norm);
-    e.notes.emplace_back("logits and log-softmax", logits);
+    if (q.loss_chunk > 0) {
+      // Only the per-token losses stay; backward rebuilds one chunk's logits and their softmax and
+      // makes the hidden states' and the head's gradients whole.
+      e.after += N * f;
+      e.backward_extra += (2 * std::min(q.loss_chunk, N) * V + N * H + V * H) * f;
+      e.notes.emplace_back("token losses (chunked head and loss)", N * f);
+    } else {
+      const int64_t logits = N * 2 * V * f;
+      e.after += logits;
+      e.backward_extra += logits;
+      e.notes.emplace_back("logits and log-softmax", logits);
+    }
   }
 }
 

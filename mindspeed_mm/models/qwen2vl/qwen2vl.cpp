@@ -173,6 +173,10 @@ at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInpu
 }
 
 at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalInputs& in) {
+  return logits(forward_hidden(in));
+}
+
+at::Tensor Qwen2VLForConditionalGeneration::forward_hidden(const MultimodalInputs& in) {
   MM_CHECK(in.input_ids.dim() == 2, "qwen2_vl: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
   const int64_t past = in.kv_cache ? in.kv_cache->length() : 0;
   at::Tensor h = model->embed_tokens->forward(in.input_ids);
@@ -200,7 +204,7 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalI
   const auto table_dtype = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor inv = rope_inv_freq(config.head_dim(), config.rope_theta, table_dtype, h.device());
   auto [cos, sin] = mrope_cos_sin(pos, inv, vl_config.mrope_section);
-  return logits(model->forward(h, decoder_context(cos, sin, h.scalar_type(), in)));
+  return model->forward(h, decoder_context(cos, sin, h.scalar_type(), in));
 }
 
 std::vector<PipelineSubmodule> Qwen2VLForConditionalGeneration::pipeline_submodules() const {

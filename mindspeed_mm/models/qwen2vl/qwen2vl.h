@@ -39,6 +39,7 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   explicit Qwen2VLForConditionalGeneration(const Qwen2VLConfig& c, at::ScalarType dtype = at::kFloat);
 
   at::Tensor forward_multimodal(const MultimodalInputs& in) override;
+  at::Tensor forward_hidden(const MultimodalInputs& in) override;
   bool has_vision() const override { return true; }
   // transformers >= 4.52 saves model.visual.* and model.language_model.*: read as visual.* and model.*.
   std::string parameter_name(const std::string& checkpoint_name) const override;

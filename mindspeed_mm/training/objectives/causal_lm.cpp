@@ -34,8 +34,12 @@ class CausalLMObjective : public Objective {
   }
 
   at::Tensor loss_sum(const models::Outputs& out, const data::Batch& b) const override {
-    const at::Tensor logits = out[models::kLogits].to(at::kFloat);
     const at::Tensor& labels = b.require(data::kLabels);
+    if (out.has(models::kTokenLosses)) {  // the model fused its head with the loss (loss_chunk_size)
+      const at::Tensor& per_token = out[models::kTokenLosses];
+      return per_sample_ ? models::per_sample_sum(per_token, labels, b[data::kSegmentIds]).sum : per_token.sum();
+    }
+    const at::Tensor logits = out[models::kLogits].to(at::kFloat);
     if (vocab_) {  // split logits: never gathered
       at::Tensor per_token = parallel::vocab_parallel_token_losses(logits, labels, vocab_);
       return per_sample_ ? models::per_sample_sum(per_token, labels, b[data::kSegmentIds]).sum : per_token.sum();
