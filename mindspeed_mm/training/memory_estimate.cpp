@@ -8,6 +8,7 @@
 #include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/device.h"
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/pattern.h"
 #include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/data/dataset_registry.h"
@@ -52,11 +53,7 @@ std::string describe_layout(const parallel::MeshShape& m, bool zero1, bool sp) {
   return s;
 }
 
-std::string mib(int64_t b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
-  return buf;
-}
+std::string mib(int64_t b) { return log::fixed(static_cast<double>(b) / 1048576.0, 2) + " MiB"; }
 
 // A family without a count of its own, when its parameters are small (a VAE): one and two
 // samples of the batch through the real model and objective, forward and backward, under the
@@ -302,7 +299,6 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     if (pipe) in_flight = max_in_flight(pipeline_schedule(stage, mesh.pp, static_cast<int>(micro), pipe->virtual_chunks));
     const int64_t chunks_here = pipe ? pipe->virtual_chunks : 1;
     r.activations = one * in_flight / chunks_here + est->backward_extra;
-    r.backward_extra = est->backward_extra;
     // FSDP: the root unit stays gathered through the step (every unit, without resharding after
     // forward); in backward a unit and those prefetched ahead of it are gathered at once, and one
     // unit's full gradients wait for their reduce-scatter.

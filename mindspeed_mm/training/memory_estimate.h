@@ -27,7 +27,6 @@ struct RankMemory {
   std::vector<int> ranks;  // the world ranks it describes
   int64_t params = 0, grads = 0, optimizer = 0, data = 0;
   int64_t activations = 0;     // at forward's end: every micro-batch in flight, the loss's gradients
-  int64_t backward_extra = 0;  // of which made as backward starts
   int64_t transient = 0;       // FSDP's gathered units, a recomputed block rebuilt in backward
   int64_t peak = 0;
   std::string peak_at;         // "forward's end", "backward's end"
