@@ -10,7 +10,7 @@ cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
 set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
     TensorParallelTrain PipelineTrain LoraTrain)
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
-    FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess)
+    FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess ContextParallel.AttentionEqualsOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
     WanVAETrain LatentStats Judge QuickstartVideo Convert Profile Report Memory ChunkedLoss)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations

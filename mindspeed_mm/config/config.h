@@ -54,6 +54,13 @@ struct ParallelConfig {
   // Megatron's sequence parallelism with tensor parallelism: norms and residuals run on sequence
   // shards between the tensor-parallel regions (all-gather before, reduce-scatter after each).
   bool sequence_parallel = false;
+  // Context parallelism over context_parallel_size ranks (training/context_parallel.h): each
+  // holds a shard of every sequence and attention reaches the others' tokens by all-to-all
+  // (ulysses: heads split instead of tokens), by passing key/value blocks round a ring (ring), or
+  // both (hybrid: Ulysses over ulysses_degree_in_cp neighbouring ranks, a ring across them).
+  // MindSpeed's names are accepted too: ulysses_cp_algo, megatron_cp_algo (ring), hybrid_cp_algo.
+  std::string context_parallel_algo = "ulysses";
+  int64_t ulysses_degree_in_cp = 0;  // hybrid only; must divide context_parallel_size
   FsdpConfig fsdp;
   template <class IO> void io(IO& io) {
     io("data_parallel_replicate_size", data_parallel_replicate_size, ge(1));
@@ -68,6 +75,9 @@ struct ParallelConfig {
     io("ddp_bucket_cap_mb", ddp_bucket_cap_mb, gt(0));
     io("distributed_optimizer", distributed_optimizer);
     io("sequence_parallel", sequence_parallel);
+    io("context_parallel_algo", context_parallel_algo,
+       one_of({"ulysses", "ring", "hybrid", "ulysses_cp_algo", "megatron_cp_algo", "hybrid_cp_algo"}));
+    io("ulysses_degree_in_cp", ulysses_degree_in_cp, ge(0));
     io.section("fsdp", fsdp);
   }
 };

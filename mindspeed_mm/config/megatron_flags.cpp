@@ -14,6 +14,8 @@ const std::vector<MegatronFlag>& megatron_flags() {
       {"--virtual-pipeline-model-parallel-size", "parallel.virtual_pipeline_size", nullptr},
       {"--num-layers-per-virtual-pipeline-stage", "parallel.num_layers_per_virtual_pipeline_stage", nullptr},
       {"--context-parallel-size", "parallel.context_parallel_size", nullptr},
+      {"--context-parallel-algo", "parallel.context_parallel_algo", nullptr},
+      {"--ulysses-degree-in-cp", "parallel.ulysses_degree_in_cp", nullptr},
       {"--sequence-parallel", "parallel.sequence_parallel", "true"},
       {"--use-distributed-optimizer", "parallel.distributed_optimizer", "true"},
       {"--micro-batch-size", "training.micro_batch_size", nullptr},

@@ -48,6 +48,10 @@ struct PlanTable {
   // Sequence parallelism: the blocks whose hidden states [B, S, hidden] are sharded along the
   // sequence between the first and the last of them ("model.layers.{*}").
   std::vector<std::string> sequence_parallel;
+  // Context parallelism: the self-attention modules (models::AttentionCoreHost) whose attention
+  // runs over the whole sequence while everything else sees this rank's tokens only
+  // ("model.layers.{*}.self_attn").
+  std::vector<std::string> context_parallel;
 };
 
 // Pipeline parallelism (training/pipeline.h) runs the forward pass a piece at a time: the model

@@ -410,6 +410,12 @@ void Communicator::recv(at::Tensor& t, int src, int tag) {
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
+std::shared_ptr<PendingWork> Communicator::irecv(at::Tensor& t, int src, int tag) {
+  MM_CHECK(t.is_contiguous(), "irecv: needs a contiguous tensor to receive into");
+  std::vector<at::Tensor> v = {t};
+  return start("recv", t, [&](c10d::Backend& b) { return b.recv(v, src, tag); });
+}
+
 void Communicator::barrier() {
   if (size_ == 1) return;
   c10d::BarrierOptions o;

@@ -79,6 +79,9 @@ class Communicator {
   // send without waiting (pipeline stages: a stage's sends never block its next receive).
   std::shared_ptr<PendingWork> isend(const at::Tensor& t, int dst, int tag = 0);
   void recv(at::Tensor& t, int src, int tag = 0);
+  // recv into a contiguous t without waiting (ring attention: the next block arrives while this
+  // one is computed). t must stay alive until wait() returns.
+  std::shared_ptr<PendingWork> irecv(at::Tensor& t, int src, int tag = 0);
   void barrier();
 
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -12,6 +12,8 @@ const char* mesh_dim_name(MeshDim d) {
     case MeshDim::kCp: return "cp";
     case MeshDim::kTp: return "tp";
     case MeshDim::kPp: return "pp";
+    case MeshDim::kDpCp: return "dp_cp";
+    case MeshDim::kDpShardCp: return "dp_shard_cp";
     default: return "dp";
   }
 }
@@ -32,6 +34,8 @@ int DeviceMesh::size(MeshDim d) const {
     case MeshDim::kCp: return shape_.cp;
     case MeshDim::kTp: return shape_.tp;
     case MeshDim::kPp: return shape_.pp;
+    case MeshDim::kDpCp: return shape_.dp_replicate * shape_.dp_shard * shape_.cp;
+    case MeshDim::kDpShardCp: return shape_.dp_shard * shape_.cp;
     default: return shape_.dp_replicate * shape_.dp_shard;
   }
 }
@@ -56,6 +60,13 @@ std::vector<int> DeviceMesh::group(MeshDim d, int rank) const {
       for (int s = 0; s < shape_.dp_shard; ++s) out.push_back(rank_of({r, s, k[2], k[3], k[4]}));
     return out;
   }
+  if (d == MeshDim::kDpCp || d == MeshDim::kDpShardCp) {
+    const int replicas = d == MeshDim::kDpCp ? shape_.dp_replicate : 1;
+    for (int r = 0; r < replicas; ++r)
+      for (int s = 0; s < shape_.dp_shard; ++s)
+        for (int c = 0; c < shape_.cp; ++c) out.push_back(rank_of({replicas == 1 ? k[0] : r, s, c, k[3], k[4]}));
+    return out;
+  }
   const int i = d == MeshDim::kPp ? 4 : static_cast<int>(d);
   for (int v = 0; v < size(d); ++v) {
     k[static_cast<size_t>(i)] = v;
@@ -69,6 +80,10 @@ ParallelState::ParallelState(std::shared_ptr<Communicator> world, const MeshShap
   // Every rank builds the groups in the same order; each joins only the ones it belongs to.
   for (MeshDim d : {MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp, MeshDim::kTp, MeshDim::kDp, MeshDim::kPp})
     groups_.push_back(world_->subgroup(mesh_.group(d, world_->rank()), mesh_dim_name(d)));
+  // Without context parallelism dp_cp is dp and dp_shard_cp is dp_shard: the same groups.
+  for (MeshDim d : {MeshDim::kDpCp, MeshDim::kDpShardCp})
+    groups_.push_back(shape.cp == 1 ? groups_[static_cast<size_t>(d == MeshDim::kDpCp ? MeshDim::kDp : MeshDim::kDpShard)]
+                                    : world_->subgroup(mesh_.group(d, world_->rank()), mesh_dim_name(d)));
 }
 
 }  // namespace mm::parallel

@@ -2,7 +2,9 @@
 // outermost and tp innermost (neighbouring ranks share a tensor-parallel group, the fastest links):
 //   rank = (((stage * dp_replicate + replicate) * dp_shard + shard) * cp + context) * tp + tensor
 // A rank's group along a dimension is the ranks that differ from it only in that coordinate;
-// "dp" is replicate x shard together (the data-parallel ranks that split the batch).
+// "dp" is replicate x shard together (the data-parallel ranks that split the batch); "dp_cp" adds
+// cp and "dp_shard_cp" is shard x cp: context-parallel ranks hold the same weights and train on
+// shards of the same samples, so gradients reduce over them too (TorchTitan's dp_shard_cp).
 #pragma once
 
 #include <array>
@@ -14,7 +16,7 @@
 
 namespace mm::parallel {
 
-enum class MeshDim { kDpReplicate = 0, kDpShard = 1, kCp = 2, kTp = 3, kDp = 4, kPp = 5 };
+enum class MeshDim { kDpReplicate = 0, kDpShard = 1, kCp = 2, kTp = 3, kDp = 4, kPp = 5, kDpCp = 6, kDpShardCp = 7 };
 const char* mesh_dim_name(MeshDim d);
 
 struct MeshShape {

@@ -27,20 +27,20 @@ DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& 
   if (pc.distributed_optimizer && par.shape().dp_shard > 1)
     throw ConfigError("config: parallel.distributed_optimizer (ZeRO-1) applies to DDP; FSDP "
                       "(parallel.data_parallel_shard_size > 1) shards the optimizer state already");
-  if (par.dp_size() == 1) return;
+  if (par.grad_size() == 1) return;
   if (par.shape().dp_shard == 1) {
     // Pipeline stages run many backward passes per step (one per micro-batch and chunk): their
     // gradients are all-reduced once after the step instead of in DDP's buckets.
     manual_dp_ = pipeline_.has_value();
     if (!manual_dp_)
-      ddp_ = std::make_unique<parallel::DistributedDataParallel>(trainable_, par.dp(),
+      ddp_ = std::make_unique<parallel::DistributedDataParallel>(trainable_, par.grad_group(),
                                                                  static_cast<int64_t>(pc.ddp_bucket_cap_mb * (1 << 20)));
     if (pc.distributed_optimizer) {
       std::vector<std::pair<std::string, at::Tensor>> named;
       for (auto& [name, p] : model.named_parameters())
         if (p.requires_grad()) named.emplace_back(name, p);
-      zero1_ = std::make_unique<parallel::Zero1Partition>(std::move(named), par.dp());
-      log::info("distributed optimizer (ZeRO-1): optimizer state sharded over ", par.dp_size(), " ranks");
+      zero1_ = std::make_unique<parallel::Zero1Partition>(std::move(named), par.grad_group());
+      log::info("distributed optimizer (ZeRO-1): optimizer state sharded over ", par.grad_size(), " ranks");
     }
     return;
   }
@@ -52,9 +52,11 @@ DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& 
   o.prefetch = static_cast<int>(pc.fsdp.prefetch);
   o.device = device;
   auto* st = par.state();
-  fsdp_ = std::make_unique<parallel::FullyShardedDataParallel>(model, units, st->shared_group(parallel::MeshDim::kDpShard),
+  // Context-parallel peers hold the same weights: FSDP shards over them as well (dp_shard x cp).
+  fsdp_ = std::make_unique<parallel::FullyShardedDataParallel>(model, units, st->shared_group(parallel::MeshDim::kDpShardCp),
                                                                st->shared_group(parallel::MeshDim::kDpReplicate), o);
-  log::info("fsdp: ", units.size(), " units plus the root, sharded over ", par.shape().dp_shard, " ranks",
+  log::info("fsdp: ", units.size(), " units plus the root, sharded over ", par.shape().dp_shard * par.shape().cp, " ranks",
+            par.shape().cp > 1 ? cat(" (dp_shard ", par.shape().dp_shard, " x cp ", par.shape().cp, ")") : std::string(),
             par.shape().dp_replicate > 1 ? cat(" x ", par.shape().dp_replicate, " replicas (HSDP)") : std::string(),
             "; parameters gathered in ", pc.fsdp.param_dtype, ", gradients reduced in ", pc.fsdp.reduce_dtype);
 }
@@ -122,7 +124,8 @@ void DataParallelModel::broadcast_parameters() {
   if (ddp_) ddp_->broadcast_parameters();
 }
 
-void DataParallelModel::begin_forward() {
+void DataParallelModel::begin_forward(const data::Batch& batch) {
+  if (cp_) cp_->begin(batch);
   if (fsdp_) fsdp_->begin_forward();
 }
 
@@ -158,7 +161,7 @@ void DataParallelModel::finish_gradients() {
     std::vector<at::Tensor> grads;
     for (auto& p : trainable_)
       if (p.grad().defined()) grads.push_back(p.grad());
-    all_reduce_together(grads, *par_.dp());
+    all_reduce_together(grads, *par_.grad_group());
   }
   if (pipeline_) {
     // Tied parameters (the embedding on the first stage and as the head on the last): each
@@ -342,7 +345,7 @@ TrainMemory DataParallelModel::memory(const Optimizer& optimizer) const {
 std::pair<int64_t, int64_t> DataParallelModel::range(const std::string& name, const at::Tensor& param) const {
   if (fsdp_) return fsdp_->shard_range(name);
   if (zero1_ && param.requires_grad()) return zero1_->shard_range(name);
-  return {0, par_.dp_rank() == 0 ? param.numel() : 0};  // replicated: rank 0 holds it for the checkpoint
+  return {0, replica_leader() ? param.numel() : 0};  // replicated: rank 0 holds it for the checkpoint
 }
 
 checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& optimizer) const {
@@ -351,11 +354,11 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   // The data position is the data-parallel rank's (tensor-parallel peers read the same data).
   part.loader_rank = par_.dp_rank();
   part.loader_world = par_.dp_size();
-  part.writes_loader = par_.tp_rank() == 0;
+  part.writes_loader = par_.tp_rank() == 0 && par_.cp_rank() == 0;
   part.writes_loader = part.writes_loader && par_.pp_rank() == 0;
   part.trainable_only = trainable_only_;
   if (!part.sharded) {
-    if (par_.dp_rank() == 0) {
+    if (replica_leader()) {
       part.model = &model_;
       part.optimizer_state = optimizer.state();
     }
@@ -373,7 +376,7 @@ checkpoint::RankCheckpoint DataParallelModel::checkpoint_part(const Optimizer& o
   }
   for (auto& [name, t] : optimizer.state()) {
     if (t.dim() == 0) {
-      if (par_.dp_rank() == 0 && par_.tp_rank() == 0 && par_.pp_rank() == 0)
+      if (replica_leader() && par_.tp_rank() == 0 && par_.pp_rank() == 0)
         part.optimizer_shards.push_back({name, {}, 0, 1, t.reshape({1})});
       continue;
     }

@@ -16,6 +16,7 @@
 #include "mindspeed_mm/parallel/ddp.h"
 #include "mindspeed_mm/parallel/fsdp.h"
 #include "mindspeed_mm/parallel/zero1.h"
+#include "mindspeed_mm/training/context_parallel.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/parallel_setup.h"
 #include "mindspeed_mm/training/pipeline.h"
@@ -59,8 +60,14 @@ class DataParallelModel {
   // DDP: rank 0's weights into every rank (after a resume, say).
   void broadcast_parameters();
 
-  // Before each forward.
-  void begin_forward();
+  // Context parallelism (parallelize installs it): each rank's shard of a host batch, which the
+  // forward then takes. Without it the batch itself.
+  void set_context_parallel(std::shared_ptr<ContextParallel> cp) { cp_ = std::move(cp); }
+  const std::shared_ptr<ContextParallel>& context_parallel() const { return cp_; }
+  data::Batch shard_batch(const data::Batch& host) const { return cp_ ? cp_->shard(host) : host; }
+
+  // Before each forward, with the (device) batch it takes.
+  void begin_forward(const data::Batch& batch);
   // The tensor to call backward on (loss, unchanged). sync false: a gradient-accumulation
   // micro-step without communication (DDP).
   at::Tensor prepare_backward(const at::Tensor& loss, bool sync);
@@ -112,6 +119,7 @@ class DataParallelModel {
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
   std::unique_ptr<parallel::Zero1Partition> zero1_;
+  std::shared_ptr<ContextParallel> cp_;
 
   // Elements [begin, end) of a parameter's flattened (tensor-parallel local) tensor that this
   // rank holds (and writes).
@@ -119,6 +127,8 @@ class DataParallelModel {
   // Whether this rank holds the parameter (a pipeline stage holds its chunks' only), and whether
   // it writes it to a checkpoint (one holder: tensor-parallel rank 0 unless split, the first stage).
   bool holds(const std::string& name) const;
+  // The one rank of the data-parallel x cp replicas that writes replicated state.
+  bool replica_leader() const { return par_.dp_rank() == 0 && par_.cp_rank() == 0; }
   bool writes(const std::string& name) const;
   // This rank's value of a parameter from its whole tensor, into FSDP's chunk or the parameter.
   bool store_full_value(const at::Tensor& param, const at::Tensor& value);

@@ -3,13 +3,16 @@
 
 namespace mm::training {
 
-DevicePrefetcher::DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead)
-    : stream_(stream), device_(device), ahead_(ahead), state_(stream.state()), skipped_(stream.skipped_samples()) {}
+DevicePrefetcher::DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead,
+                                   std::function<void(Item&)> shard)
+    : stream_(stream), device_(device), ahead_(ahead), shard_(std::move(shard)), state_(stream.state()),
+      skipped_(stream.skipped_samples()) {}
 
 void DevicePrefetcher::fill(int64_t n) {
   while (static_cast<int64_t>(pending_.size()) < n) {
     Pending p;
     p.item.host = stream_.next();
+    if (shard_) shard_(p.item);
     p.item.device = data::batch_to_device(p.item.host, device_);
     p.state_after = stream_.state();
     p.skipped_after = stream_.skipped_samples();

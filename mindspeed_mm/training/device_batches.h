@@ -7,6 +7,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,7 @@ struct MicroBatch {
   data::Batch host;    // as the loader made it: counts and FLOPs are read from here, not the device
   data::Batch device;  // what the forward takes (the same tensors on the CPU)
   double extra_flops = 0;  // spent on it outside the trained model (frozen input encoders), counted in the step's
+  double model_flops = -1;  // the model's training FLOPs when `host` is a shard (context parallel); -1: from host
 };
 
 class DevicePrefetcher {
@@ -26,7 +28,9 @@ class DevicePrefetcher {
   using Item = MicroBatch;
   // ahead = 0: batches are read and copied when asked for; k > 0: the next k batches are always
   // in flight.
-  DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead);
+  // shard (optional) rewrites each item's host batch before its copy (context parallelism).
+  DevicePrefetcher(data::BatchStream& stream, at::Device device, int64_t ahead,
+                   std::function<void(Item&)> shard = {});
 
   Item next();
   // The loader's state after the last batch next() returned (prefetched ones do not count).
@@ -47,6 +51,7 @@ class DevicePrefetcher {
   data::BatchStream& stream_;
   at::Device device_;
   int64_t ahead_;
+  std::function<void(Item&)> shard_;
   std::deque<Pending> pending_;
   nlohmann::json state_;
   int64_t skipped_ = 0;

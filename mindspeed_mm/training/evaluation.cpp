@@ -23,10 +23,10 @@ double evaluate(models::Model& model, const Objective& objective, const data::Va
   at::Tensor parts_t = at::zeros({n_parts}, at::TensorOptions().dtype(at::kDouble).device(device));
   bool first = true;
   val(batch_size, max_batches, shard, num_shards, [&](const data::Batch& host) {
-    data::Batch b = data::batch_to_device(host, device);
+    data::Batch b = data::batch_to_device(dp ? dp->shard_batch(host) : host, device);
     if (encoder) encoder->encode(b, b);
     objective.prepare(b, Objective::kValidationStep);
-    if (dp) dp->begin_forward();
+    if (dp) dp->begin_forward(b);
     EvalSums s;
     if (pipeline) {
       s = pipeline->eval_sums(b, objective);
@@ -47,7 +47,9 @@ double evaluate(models::Model& model, const Objective& objective, const data::Va
   }
   if (dp) dp->end_eval();
   // The same length on every rank (eval_parts_size), whether or not its shard had batches.
-  if (par && num_shards > 1) totals = par->dp_sum(totals);
+  // Context-parallel ranks hold shards of the same batches: their sums add up too.
+  if (par && num_shards > 1) totals = par->grad_sum(totals);
+  else if (par && par->cp_size() > 1) totals = par->cp_sum(totals);
   if (parts) parts->assign(totals.begin() + 2, totals.end());
   return totals[1] > 0 ? totals[0] / totals[1] : NAN;
 }

@@ -50,13 +50,13 @@ config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int
 TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device,
                              const std::function<void(const TrainParallel&)>& before_join)
     : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
-  if (shape_.cp > 1) throw ConfigError("config: parallel.context_parallel_size other than 1 is not built yet");
   if (p.sequence_parallel && shape_.tp == 1)
     throw ConfigError("config: parallel.sequence_parallel needs parallel.tensor_parallel_size > 1 (it shards the "
                       "sequence over the tensor-parallel ranks)");
   if (env_.distributed()) {
     const std::vector<int> dp = parallel::DeviceMesh(shape_, env_.world_size).group(parallel::MeshDim::kDp, env_.rank);
     dp_rank_ = static_cast<int>(std::find(dp.begin(), dp.end(), env_.rank) - dp.begin());
+    cp_rank_ = parallel::DeviceMesh(shape_, env_.world_size).coords(env_.rank)[2];
   }
   if (before_join) before_join(*this);
   if (!env_.distributed()) return;
@@ -68,18 +68,32 @@ TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::Di
            " is not its mesh coordinate ", dp_rank_);
   if (shape_.tp > 1) tp_ = state_->shared_group(parallel::MeshDim::kTp);
   if (shape_.pp > 1) pp_ = state_->shared_group(parallel::MeshDim::kPp);
+  if (shape_.cp > 1) cp_ = state_->shared_group(parallel::MeshDim::kCp);
+  grad_ = state_->shared_group(parallel::MeshDim::kDpCp);
   log::info("distributed: rank ", env_.rank, " of ", env_.world_size, " (", env_.source, "), mesh pp ", shape_.pp, " x dp_replicate ",
             shape_.dp_replicate, " x dp_shard ", shape_.dp_shard, " x cp ", shape_.cp, " x tp ", shape_.tp);
 }
 
-std::vector<double> TrainParallel::dp_sum(std::vector<double> values) const {
-  if (!dp_ || dp_->size() == 1) return values;
+namespace {
+
+std::vector<double> sum_over(const std::shared_ptr<parallel::Communicator>& g, std::vector<double> values) {
+  if (!g || g->size() == 1) return values;
   at::Tensor t = at::tensor(values, at::kDouble);
-  dp_->all_reduce(t, parallel::ReduceOp::kSum);
+  g->all_reduce(t, parallel::ReduceOp::kSum);
   auto a = t.accessor<double, 1>();
   for (size_t i = 0; i < values.size(); ++i) values[i] = a[static_cast<int64_t>(i)];
   return values;
 }
+
+}  // namespace
+
+std::vector<double> TrainParallel::dp_sum(std::vector<double> values) const { return sum_over(dp_, std::move(values)); }
+
+std::vector<double> TrainParallel::grad_sum(std::vector<double> values) const {
+  return sum_over(grad_, std::move(values));
+}
+
+std::vector<double> TrainParallel::cp_sum(std::vector<double> values) const { return sum_over(cp_, std::move(values)); }
 
 std::vector<std::vector<double>> TrainParallel::world_gather(const std::vector<double>& values) const {
   if (!world_ || world_->size() == 1) return {values};

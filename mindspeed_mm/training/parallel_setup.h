@@ -43,6 +43,15 @@ class TrainParallel {
   int tp_rank() const { return tp_ ? tp_->rank() : 0; }  // 0 before the groups exist
   int pp_size() const { return shape_.pp; }
   int pp_rank() const { return pp_ ? pp_->rank() : 0; }
+  int cp_size() const { return shape_.cp; }
+  int cp_rank() const { return cp_rank_; }  // known before the groups exist
+  // The ranks gradients and a step's loss and token counts are summed over: the data-parallel
+  // ranks and, with context parallelism, their cp peers (each trains on a shard of the same
+  // samples). The data-parallel group itself without cp; null in a world of 1.
+  std::shared_ptr<parallel::Communicator> grad_group() const { return grad_; }
+  int grad_size() const { return dp_size() * shape_.cp; }
+  // The context-parallel group (null unless context_parallel_size > 1).
+  std::shared_ptr<parallel::Communicator> cp() const { return cp_; }
   // The data-parallel group (null in a world of 1) and the mesh's groups (null likewise).
   std::shared_ptr<parallel::Communicator> dp() const { return dp_; }
   // The tensor-parallel group (null unless tensor_parallel_size > 1).
@@ -53,6 +62,10 @@ class TrainParallel {
 
   // Sums of the values over the data-parallel ranks (the values themselves in a world of 1).
   std::vector<double> dp_sum(std::vector<double> values) const;
+  // Sums over grad_group(): the data-parallel ranks and their context-parallel peers.
+  std::vector<double> grad_sum(std::vector<double> values) const;
+  // Sums over the context-parallel group.
+  std::vector<double> cp_sum(std::vector<double> values) const;
   // Every rank's values (the same count on each), by world rank.
   std::vector<std::vector<double>> world_gather(const std::vector<double>& values) const;
   void barrier() const;
@@ -60,9 +73,9 @@ class TrainParallel {
  private:
   parallel::DistEnv env_;
   parallel::MeshShape shape_;
-  std::shared_ptr<parallel::Communicator> world_, dp_, tp_, pp_;
+  std::shared_ptr<parallel::Communicator> world_, dp_, tp_, pp_, cp_, grad_;
   std::unique_ptr<parallel::ParallelState> state_;
-  int dp_rank_ = 0;
+  int dp_rank_ = 0, cp_rank_ = 0;
 };
 
 }  // namespace mm::training

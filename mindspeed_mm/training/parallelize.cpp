@@ -8,6 +8,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/param_init.h"
+#include "mindspeed_mm/training/context_parallel.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/plans.h"
 #include "mindspeed_mm/training/pipeline.h"
@@ -42,6 +43,19 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
     const int vp = resolve_virtual_pipeline_size(model, cfg.parallel);
     make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp, vp);
     pipeline_schedule(0, mesh.pp, static_cast<int>(cfg.training.gradient_accumulation_steps), vp);  // micro-batch count
+  }
+  if (mesh.cp > 1) {
+    if (plans.context_parallel.empty())
+      throw ConfigError(cat("config: parallel.context_parallel_size ", mesh.cp, ": model ", cfg.model.id,
+                            " has no context-parallel plan (PlanTable::context_parallel)"));
+    resolve_cp_layout(cfg.parallel);
+    if (mesh.pp > 1)
+      throw ConfigError("config: parallel.context_parallel_size > 1 with pipeline parallelism is not built yet");
+    if (cfg.training.loss_normalization == "per_sample")
+      throw ConfigError("config: training.loss_normalization: per_sample with parallel.context_parallel_size > 1 is not built "
+                        "yet (a sample's tokens are spread over the cp ranks); use per_token");
+    if (!cfg.model.encoders.id.empty())
+      throw ConfigError("config: model.encoders with parallel.context_parallel_size > 1 is not built yet");
   }
   if (cfg.training.loss_chunk_size > 0) {
     if (!dynamic_cast<models::CausalLM*>(&model))
@@ -98,6 +112,18 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
               cfg.parallel.sequence_parallel ? ", sequence parallel between the blocks" : "",
               tp.vocab_parallel_logits ? ", logits left split along the vocabulary" : "");
   }
+  // 2b. context parallel: the named attention modules reach the other cp ranks' tokens (after
+  // tensor parallelism, which leaves each module its share of the heads).
+  std::shared_ptr<ContextParallel> cp;
+  if (mesh.cp_size() > 1) {
+    const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
+    cp = std::make_shared<ContextParallel>(layout, mesh.cp());
+    const int64_t n = cp->apply(model, plans.context_parallel);
+    log::info("plan: context parallel over ", mesh.cp_size(), " ranks (",
+              layout.ring == 1 ? "Ulysses" : layout.ulysses == 1 ? "ring, zigzag" : cat("hybrid: Ulysses ", layout.ulysses,
+                                                                                          " x ring ", layout.ring),
+              "): ", n, " attention modules, sequences padded to a multiple of ", layout.multiple());
+  }
   // 3. pipeline: this stage keeps only the parameters its chunks use (the others keep their full
   // shape for checkpoints and no storage, and take no gradient).
   std::optional<PipelineLayout> pipeline;
@@ -130,6 +156,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   config::ParallelConfig pc = cfg.parallel;
   if (pc.fsdp.units.empty()) pc.fsdp.units = plans.fsdp_units;
   auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device, std::move(tp), std::move(pipeline));
+  dp->set_context_parallel(cp);
   // 4. materialise
   if (deferred) {
     if (fsdp) model.to(device);  // buffers (FSDP gives the parameters their storage on the device)

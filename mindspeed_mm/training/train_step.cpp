@@ -33,10 +33,11 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   for (const auto& mb : micro) {
     local[0] += env.objective.count(mb.host);
     local[1] += env.model.input_tokens(mb.host);
-    local[2] += env.model.training_flops(mb.host) + mb.extra_flops;
+    local[2] += (mb.model_flops >= 0 ? mb.model_flops : env.model.training_flops(mb.host)) + mb.extra_flops;
   }
   local.insert(local.end(), local_sums.begin(), local_sums.end());
-  const std::vector<double> global = env.par.dp_sum(local);
+  // Over the data-parallel ranks and their context-parallel peers (each has a shard's counts).
+  const std::vector<double> global = env.par.grad_sum(local);
   StepResult r;
   r.normaliser = global[0];
   r.input_tokens = global[1];
@@ -63,7 +64,7 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
       tools::TraceScope phase("forward", "phase", {{"micro_batch", m}});
       {
         AutocastScope autocast(env.bf16, device_type);
-        env.dp.begin_forward();
+        env.dp.begin_forward(b);
         out = env.model.forward(b);
       }
       if (env.after_forward) env.after_forward(m);
@@ -77,7 +78,7 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
     at::Tensor s = sum.detach().to(at::kDouble);
     loss_sum = loss_sum.defined() ? loss_sum + s : s;
   }
-  r.loss = env.par.dp_sum({loss_sum.item<double>()})[0] / normaliser;
+  r.loss = env.par.grad_sum({loss_sum.item<double>()})[0] / normaliser;
   if (!std::isfinite(r.loss))
     throw Error(cat("training: loss is ", r.loss, " at iteration ", iteration + 1,
                     "; lower training.optimizer.lr or check the data (the last checkpoint is untouched)"));

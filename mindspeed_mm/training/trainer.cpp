@@ -159,8 +159,15 @@ Run::Run(const config::Config& cfg)
 
   state_.config_yaml = config::to_yaml(cfg);
   // On a GPU the next step's micro-batches are read and their copies queued while a step runs.
+  // Context parallelism: each rank's shard of every batch (its FLOPs are the whole batch's share).
+  std::function<void(MicroBatch&)> shard;
+  if (const auto& cp = dp_->context_parallel())
+    shard = [this, cp](MicroBatch& mb) {
+      mb.model_flops = model_->training_flops(mb.host) / cp->layout().size();
+      mb.host = cp->shard(mb.host);
+    };
   batches_ = std::make_unique<DevicePrefetcher>(*data_.train, device_,
-                                                device_.is_cuda() ? tc_.gradient_accumulation_steps : 0);
+                                                device_.is_cuda() ? tc_.gradient_accumulation_steps : 0, shard);
   if (std::string dir = checkpoint::resolve_resume_dir(tc_.resume, tc_.save_dir); !dir.empty()) resume(dir);
   dp_->broadcast_parameters();  // DDP: identical starting weights, whatever each rank loaded
   state_.sampler = batches_->state();  // a run that takes no step still saves a resumable state
@@ -355,7 +362,8 @@ void Run::step() {
   }
   const double lr = lr_at_(state_.iteration);
   const StepResult r =
-      train_step(env, micro, lr, state_.iteration, {static_cast<double>(batches_->skipped_samples())});
+      train_step(env, micro, lr, state_.iteration,
+                 {par_.cp_rank() == 0 ? static_cast<double>(batches_->skipped_samples()) : 0.0});  // cp peers: the same samples
   state_.iteration += 1;
   state_.consumed_samples += tc_.micro_batch_size * tc_.gradient_accumulation_steps * par_.dp_size();
   state_.sampler = batches_->state();
@@ -432,7 +440,7 @@ void Run::save() {
   checkpoint::RankCheckpoint part = dp_->checkpoint_part(*optimizer_);
   part.loader_state = batches_->state();
   const parallel::MeshShape& m = par_.shape();
-  part.placement = {{"pp", par_.pp_rank()}, {"dp", par_.dp_rank()}, {"cp", 0}, {"tp", par_.tp_rank()}};
+  part.placement = {{"pp", par_.pp_rank()}, {"dp", par_.dp_rank()}, {"cp", par_.cp_rank()}, {"tp", par_.tp_rank()}};
   part.mesh = {{"pp", m.pp}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard}, {"cp", m.cp}, {"tp", m.tp}};
   if (device_.is_cuda()) state_.device_rng = {"cuda", at::globalContext().defaultGenerator(device_).get_state()};
   std::string dir = checkpoint::save_checkpoint(tc_.save_dir, state_, model_->hf_config(), part, par_.env().rank,

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Optional.h>
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,24 @@ struct HeadSplittable {
   virtual ~HeadSplittable() = default;
   virtual std::pair<int64_t, int64_t> heads() const = 0;  // (query, key/value)
   virtual void keep_heads(int64_t q_heads, int64_t kv_heads) = 0;
+};
+
+// The attention of a module that a plan may replace (context parallelism): q [B, Hq, s, D] and
+// k, v [B, Hkv, s, D] hold this rank's tokens of a sequence split over ranks; the core reaches
+// the other ranks' tokens and returns this rank's rows of the whole sequence's attention. Which
+// tokens attend to which (packed samples, padding) the core knows from the batch, not from q.
+class AttentionCore {
+ public:
+  virtual ~AttentionCore() = default;
+  virtual at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                            c10::optional<double> scale) = 0;
+};
+
+// A module whose self-attention an AttentionCore can take over (training/context_parallel.h
+// installs one on the modules a model's PlanTable::context_parallel names). Null: its own.
+struct AttentionCoreHost {
+  virtual ~AttentionCoreHost() = default;
+  std::shared_ptr<AttentionCore> attention_core;
 };
 
 // q [B, Hq, S, D]; k, v [B, Hkv, T, D] with Hq % Hkv == 0 (kv head h serves query heads

@@ -148,7 +148,8 @@ at::Tensor Qwen2Attention::forward(const at::Tensor& x, const mm::nn::ForwardCon
   const int64_t S = q.size(2);
   std::tie(q, k) = apply_rope(q, k, ctx.cos, ctx.sin);
   if (ctx.kv_cache) std::tie(k, v) = ctx.kv_cache->append(ctx.layer_index, k, v);
-  at::Tensor o = ctx.cu_seqlens.defined() && !ctx.kv_cache
+  at::Tensor o = attention_core && !ctx.kv_cache ? attention_core->attend(q, k, v, ctx.causal, c10::nullopt)
+                 : ctx.cu_seqlens.defined() && !ctx.kv_cache
                      ? varlen_attention(q, k, v, ctx.cu_seqlens, ctx.max_seqlen, ctx.causal)
                      : scaled_dot_product_attention(q, k, v, ctx.attn_mask, ctx.causal);
   return o_proj->forward(o.transpose(1, 2).reshape({B, S, num_heads * head_dim}));
@@ -324,6 +325,7 @@ PlanTable Qwen2ForCausalLM::plans() const {
     t.tensor_parallel.emplace_back("model.embed_tokens", "vocab_tied");
   }
   t.sequence_parallel = {"model.layers.{*}"};
+  t.context_parallel = {"model.layers.{*}.self_attn"};
   return t;
 }
 

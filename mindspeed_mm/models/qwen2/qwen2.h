@@ -90,7 +90,7 @@ struct Qwen2Config {
   double flops_per_token(int64_t seq_len) const;
 };
 
-class Qwen2Attention : public mm::nn::Module, public HeadSplittable {
+class Qwen2Attention : public mm::nn::Module, public HeadSplittable, public AttentionCoreHost {
  public:
   Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype);
   // x [B, S, hidden] -> [B, S, hidden]; uses ctx.cos/sin, ctx.attn_mask, ctx.causal, and

@@ -1,0 +1,182 @@
+#include "mindspeed_mm/training/context_parallel.h"
+
+#include <numeric>
+
+#include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/pattern.h"
+#include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/training/plans.h"
+
+namespace mm::training {
+
+parallel::CpLayout resolve_cp_layout(const config::ParallelConfig& p) {
+  const int n = static_cast<int>(p.context_parallel_size);
+  std::string algo = p.context_parallel_algo;
+  if (algo == "ulysses_cp_algo") algo = "ulysses";
+  if (algo == "megatron_cp_algo") algo = "ring";
+  if (algo == "hybrid_cp_algo") algo = "hybrid";
+  parallel::CpLayout l;
+  if (algo != "hybrid" && p.ulysses_degree_in_cp > 0)
+    throw ConfigError(cat("config: parallel.ulysses_degree_in_cp applies to context_parallel_algo: hybrid (it is ", algo, ")"));
+  if (algo == "ulysses") {
+    l.ulysses = n;
+  } else if (algo == "ring") {
+    l.ring = n;
+  } else {
+    const int u = static_cast<int>(p.ulysses_degree_in_cp);
+    if (u < 2 || u >= n || n % u != 0)
+      throw ConfigError(cat("config: parallel.context_parallel_algo: hybrid needs parallel.ulysses_degree_in_cp between 2 "
+                            "and context_parallel_size ", n, " (exclusive) that divides it (it is ", u, ")"));
+    l.ulysses = u;
+    l.ring = n / u;
+  }
+  return l;
+}
+
+ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group)
+    : layout_(layout), group_(std::move(group)), rank_(group_ ? group_->rank() : 0) {
+  MM_CHECK(group_ && group_->size() == layout_.size(), "context parallel: a group of ", layout_.size(), " ranks expected");
+  const std::vector<int>& m = group_->members();
+  const int u = layout_.ulysses, ring_rank = rank_ / u, share = rank_ % u;
+  if (u > 1) {
+    std::vector<int> ranks;
+    for (int i = 0; i < u; ++i) ranks.push_back(m[static_cast<size_t>(ring_rank * u + i)]);
+    ulysses_ = group_->subgroup(ranks, "cp_ulysses");
+  }
+  if (layout_.ring > 1) {
+    std::vector<int> ranks;
+    for (int j = 0; j < layout_.ring; ++j) ranks.push_back(m[static_cast<size_t>(j * u + share)]);
+    ring_ = layout_.ulysses == 1 ? group_ : group_->subgroup(ranks, "cp_ring");
+  }
+  if (u > 1 && layout_.ring == 1) ulysses_ = group_;
+}
+
+int64_t ContextParallel::apply(models::Model& model, const std::vector<std::string>& patterns) {
+  const auto compiled = mm::compile_patterns(patterns);
+  std::vector<bool> used(compiled.size(), false);
+  int64_t n = 0;
+  const int u = layout_.ulysses;
+  for_each_module(model, [&](const std::string& path, mm::nn::Module& mod) {
+    bool hit = false;
+    for (size_t i = 0; i < compiled.size(); ++i)
+      if (compiled[i].matches(path)) used[i] = hit = true;
+    if (!hit) return;
+    auto* host = dynamic_cast<models::AttentionCoreHost*>(&mod);
+    if (!host)
+      throw ConfigError(cat("config: parallel.context_parallel_size: the model's context-parallel plan names '", path,
+                            "', a ", mod.type_name(), ", whose attention cannot be taken over"));
+    if (auto* heads = dynamic_cast<models::HeadSplittable*>(&mod); heads && u > 1) {
+      const auto [hq, hkv] = heads->heads();
+      const int64_t kv = std::lcm(hkv, static_cast<int64_t>(u));  // key/value heads repeated up to this
+      if (hq % u != 0 || hq % kv != 0)
+        throw ConfigError(cat("config: parallel.context_parallel_size: Ulysses over ", u, " ranks splits the attention heads, but '",
+                              path, "' has ", hq, " query and ", hkv, " key/value heads (per tensor-parallel rank); "
+                              "query heads must divide by ", u, " and by the key/value heads repeated to a multiple of it (", kv,
+                              "); use context_parallel_algo: ring or hybrid"));
+    }
+    host->attention_core = shared_from_this();
+    ++n;
+  });
+  for (size_t i = 0; i < compiled.size(); ++i)
+    if (!used[i]) throw ConfigError(cat("config: the context-parallel plan pattern '", patterns[i], "' matches no module"));
+  return n;
+}
+
+data::Batch ContextParallel::shard(const data::Batch& host) const {
+  const at::Tensor& ids = host.require_tensor(data::kInputIds);
+  MM_CHECK(ids.dim() == 2, "context parallel: input_ids must be [batch, seq] (got ", ids.sizes(), ")");
+  const int64_t B = ids.size(0), S = ids.size(1), m = layout_.multiple();
+  const int64_t padded = (S + m - 1) / m * m, pad = padded - S;
+  const std::vector<int64_t> held = layout_.token_indices(padded, rank_);
+  const at::Tensor index = at::tensor(held, at::kLong);
+  auto cut = [&](const at::Tensor& t, int64_t fill) {
+    MM_CHECK(t.dim() == 2 && t.size(0) == B && t.size(1) == S, "context parallel: a [", B, ", ", S,
+             "] token field expected (got ", t.sizes(), ")");
+    at::Tensor p = pad > 0 ? at::constant_pad_nd(t, {0, pad}, static_cast<double>(fill)) : t;
+    return p.index_select(1, index).contiguous();
+  };
+  // The sample of every token: packed rows' segments, a padded row's real tokens (0) and padding
+  // (-1), one sample otherwise; the padding added here is a sample of its own.
+  at::Tensor seg;
+  if (const at::Tensor& s = host[data::kSegmentIds]; s.defined()) seg = s.to(at::kLong);
+  else if (const at::Tensor& a = host[data::kAttentionMask]; a.defined()) seg = at::where(a.ne(0), 0, -1).to(at::kLong);
+  else seg = at::zeros({B, S}, at::kLong);
+  if (pad > 0) seg = at::constant_pad_nd(seg, {0, pad}, -1.0);
+
+  data::Batch out = host;
+  for (const auto& f : host.fields()) {
+    const std::string& name = f.name;
+    if (name == data::kInputIds) out.set(name, cut(f.tensor, 0), f.host);
+    else if (name == data::kLabels) out.set(name, cut(f.tensor, -100), f.host);
+    else if (name == data::kSegmentIds) out.set(name, cut(f.tensor, -1), f.host);
+    else if (name == data::kAttentionMask) out.set(name, cut(f.tensor, 0), f.host);
+    else if (name == data::kPositionIds) continue;  // below
+    else if (name == data::kCuSeqlens || name == data::kMaxSeqlen) out.set(name, at::Tensor());  // the whole row's
+    else if (name == data::kSampleIds || name == data::kNoiseSeeds) continue;  // per sample
+    else
+      throw Error(cat("context parallel: cannot split the batch field '", name,
+                      "' over the sequence (only token fields are split so far: input_ids, labels, position_ids, "
+                      "segment_ids, attention_mask)"));
+  }
+  at::Tensor pos = host[data::kPositionIds];
+  if (!pos.defined()) pos = at::arange(S, at::kLong).unsqueeze(0).expand({B, S});
+  MM_CHECK(pos.dim() == 2, "context parallel: position_ids must be [batch, seq] (got ", pos.sizes(),
+           "; M-RoPE positions are not split yet)");
+  if (pad > 0) pos = at::cat({pos, at::arange(S, padded, at::kLong).unsqueeze(0).expand({B, pad})}, 1);
+  out.set(data::kPositionIds, pos.index_select(1, index).contiguous());
+  out.set(kCpSegmentIds, seg, /*host=*/true);
+  return out;
+}
+
+void ContextParallel::begin(const data::Batch& batch) {
+  const at::Tensor& seg = batch.require_tensor(kCpSegmentIds);
+  const at::Device device = batch.require_tensor(data::kInputIds).device();
+  seq_len_ = seg.size(1);
+  // One sample per row and no padding: nothing to mask but the causal diagonal.
+  const bool uniform = seg.eq(seg.narrow(1, 0, 1)).all().item<bool>() && seg.ge(0).all().item<bool>();
+  segment_ids_ = uniform ? at::Tensor() : seg.to(device);
+  cu_seqlens_ = at::Tensor();
+  if (!uniform && layout_.ring == 1) {
+    auto [cu, longest] = models::packed_cu_seqlens(seg);
+    cu_seqlens_ = cu.to(device);
+    max_seqlen_ = longest;
+  }
+  rings_[0].reset();
+  rings_[1].reset();
+}
+
+at::Tensor ContextParallel::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                   c10::optional<double> scale) {
+  MM_CHECK(seq_len_ > 0, "context parallel: attention before begin() gave it the batch's sequence");
+  at::Tensor qq = q, kk = k, vv = v;
+  if (ulysses_) {
+    const int64_t u = layout_.ulysses, rep = std::lcm(k.size(1), u) / k.size(1);
+    if (rep > 1) {  // fewer key/value heads than ranks: each repeated so that every rank gets whole groups
+      kk = kk.repeat_interleave(rep, 1);
+      vv = vv.repeat_interleave(rep, 1);
+    }
+    qq = parallel::sequence_to_heads(qq, ulysses_);
+    kk = parallel::sequence_to_heads(kk, ulysses_);
+    vv = parallel::sequence_to_heads(vv, ulysses_);
+  }
+  at::Tensor o;
+  if (!ring_) {
+    o = segment_ids_.defined() ? models::varlen_attention(qq, kk, vv, cu_seqlens_, max_seqlen_, causal, scale)
+                               : models::scaled_dot_product_attention(qq, kk, vv, {}, causal, scale);
+  } else {
+    auto& spec = rings_[causal ? 1 : 0];
+    if (!spec || spec->scale != scale) {
+      auto s = std::make_shared<parallel::RingSpec>();
+      s->ring = ring_;
+      for (int j = 0; j < layout_.ring; ++j) s->pieces.push_back(layout_.ring_pieces(seq_len_, j));
+      s->segment_ids = segment_ids_;
+      s->causal = causal;
+      s->scale = scale;
+      spec = std::move(s);
+    }
+    o = parallel::ring_attention(qq, kk, vv, spec);
+  }
+  return ulysses_ ? parallel::heads_to_sequence(o, ulysses_) : o;
+}
+
+}  // namespace mm::training

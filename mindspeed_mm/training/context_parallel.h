@@ -1,0 +1,67 @@
+// Context parallelism as a plan (parallel.context_parallel_size > 1): every rank of a cp group
+// trains on its shard of each sequence. The batch is cut before the model sees it (each rank's
+// tokens, labels, positions and sample ids); the model runs unchanged on its shard except for the
+// self-attention modules its PlanTable::context_parallel names, whose attention this object takes
+// over (models::AttentionCore): Ulysses, ring, or Ulysses inside a ring (hybrid), as
+// parallel/context_parallel.h describes. Losses and token counts are per shard and summed over
+// the data-parallel x cp ranks, as are the gradients (the cp ranks are data-parallel ranks for
+// the reduction: DDP over dp x cp, FSDP shards over dp_shard x cp, as TorchTitan does).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "mindspeed_mm/config/config.h"
+#include "mindspeed_mm/data/batch.h"
+#include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/models/model.h"
+#include "mindspeed_mm/parallel/context_parallel.h"
+
+namespace mm::training {
+
+// The layout parallel.context_parallel_{size,algo} and ulysses_degree_in_cp ask for;
+// ConfigError naming the keys when they do not fit together.
+parallel::CpLayout resolve_cp_layout(const config::ParallelConfig& p);
+
+// The batch field that carries the sample of every token of the whole padded sequence (host,
+// int64 [B, S]) with a shard: what attention needs to know of the other ranks' tokens.
+inline constexpr std::string_view kCpSegmentIds = "cp_segment_ids";
+
+class ContextParallel : public models::AttentionCore, public std::enable_shared_from_this<ContextParallel> {
+ public:
+  // group: the cp group (its rank is this rank's cp coordinate). Builds the Ulysses and ring
+  // subgroups (every member of the cp group calls this). Made with std::make_shared (the modules
+  // it is installed on share it).
+  ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group);
+
+  const parallel::CpLayout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  // Installs this object as the attention core of the modules `patterns` name (the model's
+  // PlanTable::context_parallel); returns how many. ConfigError when a pattern matches nothing
+  // or a module cannot take a core, and when the heads do not split over the Ulysses degree.
+  int64_t apply(models::Model& model, const std::vector<std::string>& patterns);
+
+  // This rank's shard of a collated host batch: every [B, S] token field (input ids, labels,
+  // positions, sample ids) padded to a multiple of layout().multiple() (labels -100, padding its
+  // own sample) and cut to this rank's tokens; kCpSegmentIds added. Position ids are added
+  // (0..S-1) when the batch has none, so each shard keeps its tokens' true positions.
+  // mm::Error naming the field for a field it cannot split (image pixels: not built yet).
+  data::Batch shard(const data::Batch& host) const;
+  // Before a forward over a sharded batch (on the device): reads its kCpSegmentIds.
+  void begin(const data::Batch& batch);
+
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                    c10::optional<double> scale) override;
+
+ private:
+  parallel::CpLayout layout_;
+  parallel::CpGroup group_, ulysses_, ring_;
+  int rank_ = 0;
+  // Of the current batch: the whole sequence's sample ids (undefined: one sample per row, no
+  // padding), their varlen boundaries (Ulysses without a ring) and its length.
+  at::Tensor segment_ids_, cu_seqlens_;
+  int64_t max_seqlen_ = 0, seq_len_ = 0;
+  std::shared_ptr<const parallel::RingSpec> rings_[2];  // the ring's view of it, non-causal and causal
+};
+
+}  // namespace mm::training
