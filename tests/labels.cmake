@@ -7,7 +7,7 @@
 # Included by CTest after gtest_discover_tests' list of mm_tests (mm_tests_TESTS). A test not
 # named here is `unit`: give a new slow test its label here.
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
-set(_mm_dist_suites Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
+set(_mm_dist_suites ContextParallelTrain Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
     TensorParallelTrain PipelineTrain LoraTrain)
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
     FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess ContextParallel.AttentionEqualsOneProcess)

@@ -97,6 +97,11 @@ class Block : public Module {
   virtual at::Tensor forward(const at::Tensor& x, const ForwardContext& ctx) = 0;
 
   void add_wrapper(std::string tag, BlockWrapper w) { wrappers_.emplace_back(std::move(tag), std::move(w)); }
+  // Outside every wrapper installed so far (context parallelism shards a sequence before tensor
+  // parallelism's sequence split takes its share of it).
+  void add_outer_wrapper(std::string tag, BlockWrapper w) {
+    wrappers_.insert(wrappers_.begin(), {std::move(tag), std::move(w)});
+  }
   bool has_wrapper(const std::string& tag) const;
 
  private:

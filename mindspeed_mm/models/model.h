@@ -52,6 +52,11 @@ struct PlanTable {
   // runs over the whole sequence while everything else sees this rank's tokens only
   // ("model.layers.{*}.self_attn").
   std::vector<std::string> context_parallel;
+  // The blocks between which a model that computes its sequence itself (a vision-language
+  // model's merged tokens, a diffusion transformer's patches) holds this rank's shard of it:
+  // cut on entering the first, gathered after the last ("model.layers.{*}"). Empty: the batch's
+  // token fields are cut before the model sees them (a text model).
+  std::vector<std::string> context_parallel_blocks;
 };
 
 // Pipeline parallelism (training/pipeline.h) runs the forward pass a piece at a time: the model

@@ -5,6 +5,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/pattern.h"
 #include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/parallel/tensor_parallel.h"
 #include "mindspeed_mm/training/plans.h"
 
 namespace mm::training {
@@ -51,7 +52,8 @@ ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpG
   if (u > 1 && layout_.ring == 1) ulysses_ = group_;
 }
 
-int64_t ContextParallel::apply(models::Model& model, const std::vector<std::string>& patterns) {
+int64_t ContextParallel::apply(models::Model& model, const std::vector<std::string>& patterns,
+                               const std::vector<std::string>& blocks) {
   const auto compiled = mm::compile_patterns(patterns);
   std::vector<bool> used(compiled.size(), false);
   int64_t n = 0;
@@ -79,8 +81,57 @@ int64_t ContextParallel::apply(models::Model& model, const std::vector<std::stri
   });
   for (size_t i = 0; i < compiled.size(); ++i)
     if (!used[i]) throw ConfigError(cat("config: the context-parallel plan pattern '", patterns[i], "' matches no module"));
+  if (blocks.empty()) return n;
+  // Cutting inside the model: every block of the stretch sees its rotary tables cut to this
+  // rank's tokens; the first cuts the hidden states, the last gathers them (outside every other
+  // wrapper: tensor parallelism's sequence split then takes its share of this rank's).
+  const auto block_patterns = mm::compile_patterns(blocks);
+  std::vector<mm::nn::Block*> stretch;
+  for_each_module(model, [&](const std::string& path, mm::nn::Module& mod) {
+    for (const auto& p : block_patterns)
+      if (p.matches(path)) {
+        auto* b = dynamic_cast<mm::nn::Block*>(&mod);
+        if (!b)
+          throw ConfigError(cat("config: the context-parallel plan names '", path, "', a ", mod.type_name(),
+                                ", which is not a block"));
+        stretch.push_back(b);
+        break;
+      }
+  });
+  if (stretch.empty()) throw ConfigError("config: the context-parallel plan's blocks match no module");
+  cuts_in_model_ = true;
+  for (mm::nn::Block* b : stretch) {
+    const bool first = b == stretch.front(), last = b == stretch.back();
+    std::weak_ptr<ContextParallel> self = weak_from_this();
+    b->add_outer_wrapper("context_parallel", [self, first, last](mm::nn::Block&, const at::Tensor& x,
+                                                                 const mm::nn::ForwardContext& c,
+                                                                 const mm::nn::BlockCtxFn& f) {
+      auto cp = self.lock();
+      MM_CHECK(cp, "context parallel: the plan outlived its state");
+      at::Tensor h = first ? cp->enter(x) : x;
+      mm::nn::ForwardContext local = c;
+      local.cos = cp->cut_table(c.cos);
+      local.sin = cp->cut_table(c.sin);
+      local.attn_mask = at::Tensor();  // the whole sequence's: the core has the samples instead
+      local.cu_seqlens = at::Tensor();
+      h = f(h, local);
+      return last ? cp->leave(h) : h;
+    });
+  }
   return n;
 }
+
+namespace {
+
+// The sample of every token of a batch's token fields: packed rows' segments, a padded row's real
+// tokens (0) and padding (-1); undefined when it has neither.
+at::Tensor token_samples(const data::Batch& b) {
+  if (const at::Tensor& s = b[data::kSegmentIds]; s.defined()) return s.to(at::kLong);
+  if (const at::Tensor& a = b[data::kAttentionMask]; a.defined()) return at::where(a.ne(0), 0, -1).to(at::kLong);
+  return {};
+}
+
+}  // namespace
 
 data::Batch ContextParallel::shard(const data::Batch& host) const {
   const at::Tensor& ids = host.require_tensor(data::kInputIds);
@@ -97,10 +148,8 @@ data::Batch ContextParallel::shard(const data::Batch& host) const {
   };
   // The sample of every token: packed rows' segments, a padded row's real tokens (0) and padding
   // (-1), one sample otherwise; the padding added here is a sample of its own.
-  at::Tensor seg;
-  if (const at::Tensor& s = host[data::kSegmentIds]; s.defined()) seg = s.to(at::kLong);
-  else if (const at::Tensor& a = host[data::kAttentionMask]; a.defined()) seg = at::where(a.ne(0), 0, -1).to(at::kLong);
-  else seg = at::zeros({B, S}, at::kLong);
+  at::Tensor seg = token_samples(host);
+  if (!seg.defined()) seg = at::zeros({B, S}, at::kLong);
   if (pad > 0) seg = at::constant_pad_nd(seg, {0, pad}, -1.0);
 
   data::Batch out = host;
@@ -128,21 +177,68 @@ data::Batch ContextParallel::shard(const data::Batch& host) const {
   return out;
 }
 
-void ContextParallel::begin(const data::Batch& batch) {
-  const at::Tensor& seg = batch.require_tensor(kCpSegmentIds);
-  const at::Device device = batch.require_tensor(data::kInputIds).device();
+void ContextParallel::set_sequence(const at::Tensor& seg, at::Device device) {
   seq_len_ = seg.size(1);
+  at::Tensor host = seg.to(at::kCPU);
   // One sample per row and no padding: nothing to mask but the causal diagonal.
-  const bool uniform = seg.eq(seg.narrow(1, 0, 1)).all().item<bool>() && seg.ge(0).all().item<bool>();
+  const bool uniform = host.eq(host.narrow(1, 0, 1)).all().item<bool>() && host.ge(0).all().item<bool>();
   segment_ids_ = uniform ? at::Tensor() : seg.to(device);
   cu_seqlens_ = at::Tensor();
   if (!uniform && layout_.ring == 1) {
-    auto [cu, longest] = models::packed_cu_seqlens(seg);
+    auto [cu, longest] = models::packed_cu_seqlens(host);
     cu_seqlens_ = cu.to(device);
     max_seqlen_ = longest;
   }
   rings_[0].reset();
   rings_[1].reset();
+}
+
+void ContextParallel::begin(const data::Batch& batch) {
+  if (!cuts_in_model_) return set_sequence(batch.require_tensor(kCpSegmentIds), batch.require_tensor(data::kInputIds).device());
+  batch_segments_ = token_samples(batch);
+}
+
+at::Tensor ContextParallel::enter(const at::Tensor& x) {
+  const int64_t B = x.size(0), L = x.size(1), m = layout_.multiple();
+  const int64_t padded = (L + m - 1) / m * m;
+  real_len_ = L;
+  at::Tensor seg = batch_segments_.defined() && batch_segments_.size(1) == L
+                       ? batch_segments_.to(x.device())
+                       : at::zeros({B, L}, x.options().dtype(at::kLong));
+  if (padded > L) seg = at::constant_pad_nd(seg, {0, padded - L}, -1.0);
+  set_sequence(seg, x.device());
+  index_ = at::tensor(layout_.token_indices(padded, rank_), at::kLong).to(x.device());
+  std::vector<int64_t> order;  // every rank's tokens in gather order
+  for (int r = 0; r < layout_.size(); ++r) {
+    auto t = layout_.token_indices(padded, r);
+    order.insert(order.end(), t.begin(), t.end());
+  }
+  inverse_ = at::argsort(at::tensor(order, at::kLong)).to(x.device());
+  cut_tables_.clear();
+  std::vector<int64_t> pad(2 * static_cast<size_t>(x.dim() - 2), 0);  // the dims after the sequence
+  pad.push_back(0);
+  pad.push_back(padded - L);
+  at::Tensor h = padded > L ? at::constant_pad_nd(x, pad) : x;
+  return h.index_select(1, index_);  // backward: this rank's rows of the gradient, zeros elsewhere
+}
+
+at::Tensor ContextParallel::leave(const at::Tensor& y) {
+  // All ranks' rows in gather order (backward: the sum of every rank's gradient, this rank's rows:
+  // each rank's loss is over the whole sequence), then in sequence order, the padding dropped.
+  at::Tensor all = parallel::gather_from_sequence_region(y, group_, 1);
+  return all.index_select(1, inverse_).narrow(1, 0, real_len_);
+}
+
+at::Tensor ContextParallel::cut_table(const at::Tensor& t) {
+  if (!t.defined() || t.dim() < 2 || t.size(-2) != real_len_) return t;
+  for (auto& [key, cut] : cut_tables_)
+    if (key == t.unsafeGetTensorImpl()) return cut;
+  const int64_t padded = seq_len_;
+  std::vector<int64_t> pad = {0, 0, 0, padded - real_len_};
+  at::Tensor p = padded > real_len_ ? at::constant_pad_nd(t, pad) : t;
+  at::Tensor cut = p.index_select(t.dim() - 2, index_);
+  cut_tables_.emplace_back(t.unsafeGetTensorImpl(), cut);
+  return cut;
 }
 
 at::Tensor ContextParallel::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,

@@ -36,18 +36,24 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
 
   const parallel::CpLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
-  // Installs this object as the attention core of the modules `patterns` name (the model's
-  // PlanTable::context_parallel); returns how many. ConfigError when a pattern matches nothing
-  // or a module cannot take a core, and when the heads do not split over the Ulysses degree.
-  int64_t apply(models::Model& model, const std::vector<std::string>& patterns);
+  // Installs this object as the attention core of the modules `attention` names (the model's
+  // PlanTable::context_parallel) and, when `blocks` names any (PlanTable::context_parallel_blocks),
+  // the wrappers that cut the hidden states on entering the first of them and gather them after
+  // the last. Returns how many attention modules. ConfigError when a pattern matches nothing, a
+  // module cannot take a core, or the heads do not split over the Ulysses degree.
+  int64_t apply(models::Model& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks);
+  // Whether batches are cut before the model (no blocks named): then shard() is the forward's batch.
+  bool shards_batches() const { return !cuts_in_model_; }
 
   // This rank's shard of a collated host batch: every [B, S] token field (input ids, labels,
   // positions, sample ids) padded to a multiple of layout().multiple() (labels -100, padding its
   // own sample) and cut to this rank's tokens; kCpSegmentIds added. Position ids are added
   // (0..S-1) when the batch has none, so each shard keeps its tokens' true positions.
-  // mm::Error naming the field for a field it cannot split (image pixels: not built yet).
+  // mm::Error naming the field for a field it cannot split (image pixels: those models cut
+  // inside, shards_batches() false).
   data::Batch shard(const data::Batch& host) const;
-  // Before a forward over a sharded batch (on the device): reads its kCpSegmentIds.
+  // Before a forward (the batch on the device): a shard's kCpSegmentIds, or for a model that cuts
+  // inside, the samples of its token fields (segment_ids, attention_mask) if it has them.
   void begin(const data::Batch& batch);
 
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
@@ -57,10 +63,23 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   parallel::CpLayout layout_;
   parallel::CpGroup group_, ulysses_, ring_;
   int rank_ = 0;
+  bool cuts_in_model_ = false;
   // Of the current batch: the whole sequence's sample ids (undefined: one sample per row, no
-  // padding), their varlen boundaries (Ulysses without a ring) and its length.
+  // padding), their varlen boundaries (Ulysses without a ring) and its padded length.
   at::Tensor segment_ids_, cu_seqlens_;
   int64_t max_seqlen_ = 0, seq_len_ = 0;
+  // Cutting inside the model: the batch's samples per token (undefined: none given), the real
+  // length of the sequence cut on entering, this rank's token indices in it, and the rotary
+  // tables cut to them (by the whole table they came from).
+  at::Tensor batch_segments_, index_, inverse_;
+  int64_t real_len_ = 0;
+  std::vector<std::pair<const void*, at::Tensor>> cut_tables_;
+
+  // The sequence's samples [B, padded length] (padding -1): sets segment_ids_, cu_seqlens_, seq_len_.
+  void set_sequence(const at::Tensor& segments, at::Device device);
+  at::Tensor enter(const at::Tensor& x);  // [B, L, ...] -> this rank's [B, P / n, ...]
+  at::Tensor leave(const at::Tensor& y);  // the inverse: every rank's tokens, in order, unpadded
+  at::Tensor cut_table(const at::Tensor& t);  // a rotary table's rows (dim -2) for this rank's tokens
   std::shared_ptr<const parallel::RingSpec> rings_[2];  // the ring's view of it, non-causal and causal
 };
 

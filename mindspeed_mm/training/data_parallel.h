@@ -64,7 +64,9 @@ class DataParallelModel {
   // forward then takes. Without it the batch itself.
   void set_context_parallel(std::shared_ptr<ContextParallel> cp) { cp_ = std::move(cp); }
   const std::shared_ptr<ContextParallel>& context_parallel() const { return cp_; }
-  data::Batch shard_batch(const data::Batch& host) const { return cp_ ? cp_->shard(host) : host; }
+  data::Batch shard_batch(const data::Batch& host) const {
+    return cp_ && cp_->shards_batches() ? cp_->shard(host) : host;
+  }
 
   // Before each forward, with the (device) batch it takes.
   void begin_forward(const data::Batch& batch);

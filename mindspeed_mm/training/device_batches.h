@@ -20,7 +20,9 @@ struct MicroBatch {
   data::Batch host;    // as the loader made it: counts and FLOPs are read from here, not the device
   data::Batch device;  // what the forward takes (the same tensors on the CPU)
   double extra_flops = 0;  // spent on it outside the trained model (frozen input encoders), counted in the step's
-  double model_flops = -1;  // the model's training FLOPs when `host` is a shard (context parallel); -1: from host
+  // Context parallelism: this rank's share of the model's training FLOPs and input tokens (the
+  // whole batch's over the cp ranks, whether host is cut or whole on each); -1: read from host.
+  double model_flops = -1, input_tokens = -1;
 };
 
 class DevicePrefetcher {

@@ -51,7 +51,7 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
     resolve_cp_layout(cfg.parallel);
     if (mesh.pp > 1)
       throw ConfigError("config: parallel.context_parallel_size > 1 with pipeline parallelism is not built yet");
-    if (cfg.training.loss_normalization == "per_sample")
+    if (cfg.training.loss_normalization == "per_sample" && plans.context_parallel_blocks.empty())
       throw ConfigError("config: training.loss_normalization: per_sample with parallel.context_parallel_size > 1 is not built "
                         "yet (a sample's tokens are spread over the cp ranks); use per_token");
     if (!cfg.model.encoders.id.empty())
@@ -118,11 +118,12 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   if (mesh.cp_size() > 1) {
     const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
     cp = std::make_shared<ContextParallel>(layout, mesh.cp());
-    const int64_t n = cp->apply(model, plans.context_parallel);
+    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks);
     log::info("plan: context parallel over ", mesh.cp_size(), " ranks (",
               layout.ring == 1 ? "Ulysses" : layout.ulysses == 1 ? "ring, zigzag" : cat("hybrid: Ulysses ", layout.ulysses,
                                                                                           " x ring ", layout.ring),
-              "): ", n, " attention modules, sequences padded to a multiple of ", layout.multiple());
+              "): ", n, " attention modules, sequences padded to a multiple of ", layout.multiple(),
+              cp->shards_batches() ? ", each rank's tokens cut from the batch" : ", cut inside the model between its blocks");
   }
   // 3. pipeline: this stage keeps only the parameters its chunks use (the others keep their full
   // shape for checkpoints and no storage, and take no gradient).

@@ -32,7 +32,7 @@ StepResult train_step(StepEnv& env, const std::vector<MicroBatch>& micro, double
   std::vector<double> local = {0, 0, 0};
   for (const auto& mb : micro) {
     local[0] += env.objective.count(mb.host);
-    local[1] += env.model.input_tokens(mb.host);
+    local[1] += mb.input_tokens >= 0 ? mb.input_tokens : env.model.input_tokens(mb.host);
     local[2] += (mb.model_flops >= 0 ? mb.model_flops : env.model.training_flops(mb.host)) + mb.extra_flops;
   }
   local.insert(local.end(), local_sums.begin(), local_sums.end());

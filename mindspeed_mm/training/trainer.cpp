@@ -164,7 +164,8 @@ Run::Run(const config::Config& cfg)
   if (const auto& cp = dp_->context_parallel())
     shard = [this, cp](MicroBatch& mb) {
       mb.model_flops = model_->training_flops(mb.host) / cp->layout().size();
-      mb.host = cp->shard(mb.host);
+      mb.input_tokens = model_->input_tokens(mb.host) / cp->layout().size();
+      if (cp->shards_batches()) mb.host = cp->shard(mb.host);
     };
   batches_ = std::make_unique<DevicePrefetcher>(*data_.train, device_,
                                                 device_.is_cuda() ? tc_.gradient_accumulation_steps : 0, shard);

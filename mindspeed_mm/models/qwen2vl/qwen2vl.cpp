@@ -109,6 +109,8 @@ PlanTable Qwen2VLForConditionalGeneration::plans() const {
   }
   vision.insert(vision.end(), {{"visual.merger.mlp.0", "colwise"}, {"visual.merger.mlp.2", "rowwise"}});
   t.tensor_parallel.insert(t.tensor_parallel.begin(), vision.begin(), vision.end());
+  // The merged text and vision tokens are cut among the context-parallel ranks inside the model.
+  t.context_parallel_blocks = {"model.layers.{*}"};
   return t;
 }
 

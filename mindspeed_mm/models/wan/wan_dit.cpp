@@ -124,7 +124,8 @@ at::Tensor WanAttention::forward(const at::Tensor& x, const at::Tensor& context,
     q = rotate_pairs(q, cos, sin);
     k = rotate_pairs(k, cos, sin);
   }
-  at::Tensor o = models::scaled_dot_product_attention(q, k, v);
+  at::Tensor o = attention_core && !context.defined() ? attention_core->attend(q, k, v, false, c10::nullopt)
+                                                      : models::scaled_dot_product_attention(q, k, v);
   return to_out->forward(o.transpose(1, 2).reshape({b, x.size(1), num_heads * head_dim}));
 }
 
@@ -331,6 +332,10 @@ PlanTable WanTransformer3DModel::plans() const {
   }
   t.tensor_parallel.insert(t.tensor_parallel.end(),
                            {{"blocks.{*}.ffn.net.0.proj", "colwise"}, {"blocks.{*}.ffn.net.2", "rowwise"}});
+  // Context parallelism: the patches cut among the ranks between the first and last block; the
+  // self-attention reaches the others' (the cross-attention's text is whole on every rank).
+  t.context_parallel = {"blocks.{*}.attn1"};
+  t.context_parallel_blocks = {"blocks.{*}"};
   return t;
 }
 

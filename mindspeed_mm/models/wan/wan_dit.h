@@ -87,7 +87,7 @@ struct WanDiTConfig {
   double training_flops(int64_t tokens, int64_t text_len) const;
 };
 
-class WanAttention : public mm::nn::Module, public HeadSplittable {
+class WanAttention : public mm::nn::Module, public HeadSplittable, public AttentionCoreHost {
  public:
   WanAttention(const WanDiTConfig& c, at::ScalarType dtype);
   // Tensor parallelism (the plan's "heads"): this rank runs `q_heads` of the heads.

@@ -1,0 +1,137 @@
+// `mm train` with context parallelism on loopback ranks (fp32): per-step losses within 1e-5
+// relative of one process with the same global batch over 20 steps, and the final weights equal
+// (HF export), for Ulysses 2 and 4 (key/value heads repeated), ring 2 and 3 (zigzag, causal),
+// hybrid 2 x 2, CP2 with TP2 and with FSDP2, and CP with the chunked loss: on Qwen2 trained on
+// packed rows of samples of unequal lengths (padded to the layout's multiple), on Qwen2 on plain
+// text rows, and on the tiny Qwen2-VL (the merged tokens cut inside the model). Bad layouts are
+// one-line errors before training.
+#include "dist_train_runs.h"
+
+#include <random>
+
+using namespace mm::test;
+
+namespace {
+
+struct Layout {
+  int ranks;
+  std::string name, overrides;
+};
+
+// Text-only conversations of 3 to 33 words, packed 2 to a row: rows of unequal lengths, each
+// holding two samples that must not see each other.
+std::string packed_text_config(const std::string& dir) {
+  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven",
+                         "small", "birds", "sing", "loudly", "in", "green", "trees", "near", "old", "river"};
+  std::mt19937 rng(3);
+  auto sentence = [&](int lo, int hi) {
+    std::string s;
+    for (int i = 0, n = lo + static_cast<int>(rng() % (hi - lo + 1)); i < n; ++i) s += (i ? " " : "") + std::string(words[rng() % 21]);
+    return s;
+  };
+  std::string jsonl;
+  for (int i = 0; i < 200; ++i) {
+    nlohmann::json j;
+    j["messages"] = {{{"role", "user"}, {"content", sentence(2, 12)}}, {{"role", "assistant"}, {"content", sentence(1, 20)}}};
+    jsonl += j.dump() + "\n";
+  }
+  write_file(dir + "/train.jsonl", jsonl);
+  write_file(dir + "/packed.yaml",
+             "data:\n  dataset: mllm\n  paths: [" + dir + "/train.jsonl]\n  val_fraction: 0.05\n  cutoff_len: 512\n"
+             "  num_workers: 1\n  collator: packed\n"
+             "model:\n  id: qwen2\n  config:\n    hidden_size: 32\n    intermediate_size: 64\n    num_hidden_layers: 2\n"
+             "    num_attention_heads: 4\n    num_key_value_heads: 2\n    vocab_size: 264\n"
+             "training:\n  train_iters: 20\n  micro_batch_size: 2\n  gradient_accumulation_steps: 2\n"
+             "  optimizer: {lr: 0.003}\n  eval_iters: 2\n  eval_interval: 10\n  seed: 3\n"
+             "tools:\n  progress: lines\n");
+  return dir + "/packed.yaml";
+}
+
+void check_layouts(const std::string& dir, const std::string& cfg, const std::string& what, const Layout* begin,
+                   const Layout* end, double weight_tol) {
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.export_dir=" + dir + "/one_hf");
+  for (const Layout* l = begin; l != end; ++l) {
+    const std::string hf = dir + "/hf_" + std::to_string(l - begin);
+    const TrainRun run = train(cfg, l->ranks, dir + "/run.jsonl", l->overrides + " training.export_dir=" + hf);
+    expect_same_run(one, run, what + ", " + l->name);
+    expect_same_weights(dir + "/one_hf", hf, weight_tol, what + ", " + l->name);
+    EXPECT_NE(run.output.find("plan: context parallel over"), std::string::npos) << run.output;
+  }
+}
+
+const std::string kCp2 = "parallel.context_parallel_size=2 ", kCp4 = "parallel.context_parallel_size=4 ";
+
+}  // namespace
+
+TEST(ContextParallelTrain, Qwen2PackedLayoutsEqualOneProcess) {
+  const std::string dir = fresh_dir("cp_train_packed");
+  const std::string cfg = packed_text_config(dir);
+  const Layout layouts[] = {
+      {2, "Ulysses 2", kCp2},
+      {4, "Ulysses 4 (2 KV heads repeated)", kCp4},
+      {2, "ring 2", kCp2 + "parallel.context_parallel_algo=ring"},
+      {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring"},
+      {4, "hybrid 2x2", kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2"},
+      {4, "ring 2 x TP2+SP", kCp2 + "parallel.context_parallel_algo=ring parallel.tensor_parallel_size=2 "
+                             "parallel.sequence_parallel=true"},
+      {4, "Ulysses 2 x FSDP2", kCp2 + "training.gradient_accumulation_steps=1"},
+      {2, "ring 2, chunked loss", kCp2 + "parallel.context_parallel_algo=ring training.loss_chunk_size=16"},
+  };
+  // Weights: fp32 sums in another order through 20 Adam steps (worst 1.2e-5 relative, hybrid); in
+  // float64 the attention's outputs and gradients equal one process's to 1e-12
+  // (ContextParallel.AttentionEqualsOneProcess).
+  check_layouts(dir, cfg, "qwen2 packed", std::begin(layouts), std::end(layouts), 5e-5);
+}
+
+TEST(ContextParallelTrain, Qwen2TextRowsEqualOneProcess) {
+  const std::string dir = fresh_dir("cp_train_text");
+  const std::string cfg = text_config(dir);
+  const Layout layouts[] = {
+      {2, "Ulysses 2", kCp2 + "training.micro_batch_size=8"},
+      {2, "ring 2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=8"},
+  };
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.micro_batch_size=8");
+  for (const Layout& l : layouts) expect_same_run(one, train(cfg, l.ranks, dir + "/run.jsonl", l.overrides), "qwen2 text, " + l.name);
+}
+
+TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
+  const std::string dir = fresh_dir("cp_train_vl");
+  const std::string cfg = vl_config(dir, 48);
+  const std::string common = " training.micro_batch_size=4 model.config.vocab_size=264";
+  const Layout layouts[] = {
+      {2, "Ulysses 2", kCp2 + common},
+      {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common},
+      {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264"},
+  };
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", common + " training.export_dir=" + dir + "/one_hf");
+  for (const Layout& l : layouts) {
+    const std::string hf = dir + "/hf_" + std::to_string(&l - layouts);
+    const TrainRun run = train(cfg, l.ranks, dir + "/run.jsonl", l.overrides + " training.export_dir=" + hf);
+    expect_same_run(one, run, "qwen2-vl, " + l.name);
+    expect_same_weights(dir + "/one_hf", hf, 5e-4, "qwen2-vl, " + l.name);
+    EXPECT_NE(run.output.find("cut inside the model"), std::string::npos) << run.output;
+  }
+}
+
+TEST(ContextParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
+  const std::string dir = fresh_dir("cp_train_errors");
+  const std::string cfg = packed_text_config(dir);
+  struct Case {
+    int ranks;
+    std::string overrides, message;
+  } bad[] = {
+      {3, "parallel.context_parallel_size=3", "Ulysses over 3 ranks splits the attention heads"},
+      {4, kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=3",
+       "needs parallel.ulysses_degree_in_cp between 2"},
+      {2, kCp2 + "parallel.ulysses_degree_in_cp=2", "ulysses_degree_in_cp applies to context_parallel_algo: hybrid"},
+      {2, kCp2 + "training.loss_normalization=per_sample", "per_sample with parallel.context_parallel_size > 1"},
+      {4, kCp2 + "parallel.pipeline_parallel_size=2 parallel.data_parallel_shard_size=1",
+       "context_parallel_size > 1 with pipeline parallelism"},
+  };
+  for (const Case& c : bad) {
+    auto r = run_command(mm_launch(c.ranks) + mm_binary() + " train " + cfg + " " + c.overrides);
+    EXPECT_NE(r.exit_code, 0) << c.overrides;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.overrides << "\n" << r.output;
+    EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << c.overrides;
+  }
+}
