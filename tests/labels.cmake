@@ -10,7 +10,8 @@ cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a CTest script
 set(_mm_dist_suites ContextParallelTrain Distributed DistWorker DistributedCheckpoint DistributedTrain Fsdp Launch DeviceMesh TensorParallel
     TensorParallelTrain PipelineTrain LoraTrain)
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
-    FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess ContextParallel.AttentionEqualsOneProcess)
+    FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess ContextParallel.AttentionEqualsOneProcess
+    FlowMatchingTrain.ContextParallelEqualsOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
     WanVAETrain LatentStats Judge QuickstartVideo Convert Profile Report Memory ChunkedLoss)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations

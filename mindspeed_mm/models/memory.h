@@ -18,6 +18,9 @@ struct MemoryQuery {
   bool sequence_parallel = false;  // a vocabulary plan, the logits split over it)
   bool vocab_parallel = false;     // logits split along the vocabulary (the plan's vocab_head/vocab_tied)
   int64_t loss_chunk = 0;          // training.loss_chunk_size: the head fused with the loss in chunks
+  // Context parallelism's degrees (Ulysses x ring): the batch is this rank's shard already; the
+  // attention modules it takes over save their own tensors.
+  int64_t cp_ulysses = 1, cp_ring = 1;
   // Whether this rank runs a block (pipeline stages hold some; null: every block), and whether it
   // runs the model's first piece (embeddings, vision tower) and its last (the loss head).
   std::function<bool(const std::string& block)> runs;

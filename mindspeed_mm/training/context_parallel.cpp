@@ -133,12 +133,14 @@ at::Tensor token_samples(const data::Batch& b) {
 
 }  // namespace
 
-data::Batch ContextParallel::shard(const data::Batch& host) const {
+data::Batch ContextParallel::shard(const data::Batch& host) const { return shard_for_rank(host, layout_, rank_); }
+
+data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank) {
   const at::Tensor& ids = host.require_tensor(data::kInputIds);
   MM_CHECK(ids.dim() == 2, "context parallel: input_ids must be [batch, seq] (got ", ids.sizes(), ")");
-  const int64_t B = ids.size(0), S = ids.size(1), m = layout_.multiple();
+  const int64_t B = ids.size(0), S = ids.size(1), m = layout.multiple();
   const int64_t padded = (S + m - 1) / m * m, pad = padded - S;
-  const std::vector<int64_t> held = layout_.token_indices(padded, rank_);
+  const std::vector<int64_t> held = layout.token_indices(padded, rank);
   const at::Tensor index = at::tensor(held, at::kLong);
   auto cut = [&](const at::Tensor& t, int64_t fill) {
     MM_CHECK(t.dim() == 2 && t.size(0) == B && t.size(1) == S, "context parallel: a [", B, ", ", S,
@@ -183,11 +185,17 @@ void ContextParallel::set_sequence(const at::Tensor& seg, at::Device device) {
   // One sample per row and no padding: nothing to mask but the causal diagonal.
   const bool uniform = host.eq(host.narrow(1, 0, 1)).all().item<bool>() && host.ge(0).all().item<bool>();
   segment_ids_ = uniform ? at::Tensor() : seg.to(device);
-  cu_seqlens_ = at::Tensor();
+  cu_seqlens_ = mask_ = at::Tensor();
   if (!uniform && layout_.ring == 1) {
-    auto [cu, longest] = models::packed_cu_seqlens(host);
-    cu_seqlens_ = cu.to(device);
-    max_seqlen_ = longest;
+    // Ulysses attends over the whole sequence: flash-attention's varlen kernel on CUDA; elsewhere
+    // one mask for every layer (varlen_attention would build it again in each).
+    if (device.is_cuda()) {
+      auto [cu, longest] = models::packed_cu_seqlens(host);
+      cu_seqlens_ = cu.to(device);
+      max_seqlen_ = longest;
+    } else {
+      mask_ = models::segment_attention_mask(segment_ids_);
+    }
   }
   rings_[0].reset();
   rings_[1].reset();
@@ -257,8 +265,8 @@ at::Tensor ContextParallel::attend(const at::Tensor& q, const at::Tensor& k, con
   }
   at::Tensor o;
   if (!ring_) {
-    o = segment_ids_.defined() ? models::varlen_attention(qq, kk, vv, cu_seqlens_, max_seqlen_, causal, scale)
-                               : models::scaled_dot_product_attention(qq, kk, vv, {}, causal, scale);
+    o = cu_seqlens_.defined() ? models::varlen_attention(qq, kk, vv, cu_seqlens_, max_seqlen_, causal, scale)
+                              : models::scaled_dot_product_attention(qq, kk, vv, mask_, causal, scale);
   } else {
     auto& spec = rings_[causal ? 1 : 0];
     if (!spec || spec->scale != scale) {

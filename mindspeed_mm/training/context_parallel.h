@@ -27,6 +27,10 @@ parallel::CpLayout resolve_cp_layout(const config::ParallelConfig& p);
 // int64 [B, S]) with a shard: what attention needs to know of the other ranks' tokens.
 inline constexpr std::string_view kCpSegmentIds = "cp_segment_ids";
 
+// Cp rank `rank`'s shard of a collated host batch (ContextParallel::shard, which `mm memory`
+// also uses to size a rank's batch without a group).
+data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank);
+
 class ContextParallel : public models::AttentionCore, public std::enable_shared_from_this<ContextParallel> {
  public:
   // group: the cp group (its rank is this rank's cp coordinate). Builds the Ulysses and ring
@@ -66,7 +70,7 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   bool cuts_in_model_ = false;
   // Of the current batch: the whole sequence's sample ids (undefined: one sample per row, no
   // padding), their varlen boundaries (Ulysses without a ring) and its padded length.
-  at::Tensor segment_ids_, cu_seqlens_;
+  at::Tensor segment_ids_, cu_seqlens_, mask_;  // mask_: the samples as a [B, 1, S, S] mask (Ulysses off CUDA)
   int64_t max_seqlen_ = 0, seq_len_ = 0;
   // Cutting inside the model: the batch's samples per token (undefined: none given), the real
   // length of the sequence cut on entering, this rank's token indices in it, and the rotary

@@ -24,11 +24,11 @@ DataParallelModel::DataParallelModel(models::Model& model, const TrainParallel& 
     trainable_.push_back(p);
     trainable_names_.push_back(name);
   }
-  if (pc.distributed_optimizer && par.shape().dp_shard > 1)
+  if (pc.distributed_optimizer && par.fsdp())
     throw ConfigError("config: parallel.distributed_optimizer (ZeRO-1) applies to DDP; FSDP "
                       "(parallel.data_parallel_shard_size > 1) shards the optimizer state already");
   if (par.grad_size() == 1) return;
-  if (par.shape().dp_shard == 1) {
+  if (!par.fsdp()) {
     // Pipeline stages run many backward passes per step (one per micro-batch and chunk): their
     // gradients are all-reduced once after the step instead of in DDP's buckets.
     manual_dp_ = pipeline_.has_value();

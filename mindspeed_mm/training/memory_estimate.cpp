@@ -13,6 +13,7 @@
 #include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/data/media/qwen2vl_image_processor.h"
+#include "mindspeed_mm/training/context_parallel.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/objectives/objective.h"
 #include "mindspeed_mm/training/parallel_setup.h"
@@ -41,11 +42,18 @@ int64_t batch_size_key(const data::Batch& b) {
   return n;
 }
 
-std::string describe_layout(const parallel::MeshShape& m, bool zero1, bool sp) {
+std::string describe_layout(const parallel::MeshShape& m, bool zero1, bool sp, const config::ParallelConfig& pc) {
   std::vector<std::string> parts;
+  const bool fsdp = shards_parameters(pc, m);
   if (m.pp > 1) parts.push_back(cat("pp ", m.pp));
-  if (m.dp_replicate > 1) parts.push_back(cat(m.dp_shard > 1 ? "replicate " : "ddp ", m.dp_replicate, zero1 ? " (ZeRO-1)" : ""));
-  if (m.dp_shard > 1) parts.push_back(cat("fsdp ", m.dp_shard));
+  if (m.dp_replicate > 1) parts.push_back(cat(fsdp ? "replicate " : "ddp ", m.dp_replicate, zero1 ? " (ZeRO-1)" : ""));
+  if (fsdp)
+    parts.push_back(m.cp > 1 ? cat("fsdp ", m.dp_shard * m.cp, " (dp_shard ", m.dp_shard, " x cp ", m.cp, ")")
+                             : cat("fsdp ", m.dp_shard));
+  if (m.cp > 1) {
+    const parallel::CpLayout l = resolve_cp_layout(pc);
+    parts.push_back(cat("cp ", m.cp, l.ring == 1 ? " (Ulysses)" : l.ulysses == 1 ? " (ring)" : cat(" (Ulysses ", l.ulysses, " x ring ", l.ring, ")")));
+  }
   if (m.tp > 1) parts.push_back(cat("tp ", m.tp, sp ? " (sequence parallel)" : ""));
   if (parts.empty()) return "one process";
   std::string s;
@@ -145,18 +153,19 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
                              std::max<int64_t>(1, pc.data_parallel_shard_size) * pc.context_parallel_size *
                              pc.tensor_parallel_size);
   const parallel::MeshShape mesh = resolve_mesh_shape(pc, world);
-  if (mesh.cp > 1) throw ConfigError("mm memory: parallel.context_parallel_size other than 1 is not built yet");
   if (cfg.features.lora.enabled()) throw ConfigError("mm memory: features.lora is not estimated yet (LoRA runs print their memory at the first step)");
   if (!cfg.model.encoders.id.empty())
     throw ConfigError("mm memory: model.encoders (online encoders) are not estimated yet");
   const int dp = mesh.dp_replicate * mesh.dp_shard;
   const config::TrainingConfig tc = resolve_global_batch(cfg.training, dp);
+  // Context-parallel ranks share the weights' reduction (DDP over dp x cp, FSDP over dp_shard x cp).
+  const int grad_ranks = dp * mesh.cp, shard_ranks = mesh.dp_shard * mesh.cp;
   const int64_t micro = tc.gradient_accumulation_steps;
 
   MemoryEstimate out;
   out.model = cfg.model.id;
   out.world = world;
-  out.layout = describe_layout(mesh, pc.distributed_optimizer, pc.sequence_parallel);
+  out.layout = describe_layout(mesh, pc.distributed_optimizer, pc.sequence_parallel, pc);
 
   data::Batch batch;
   int64_t data_bytes = 0, vocab = 0;
@@ -199,7 +208,9 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
   }
 
   // The model without storage, frozen as the run freezes it.
-  auto model = build_model(cfg.model, vocab, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);
+  std::shared_ptr<models::Model> model = opt.model_cache ? *opt.model_cache : nullptr;
+  if (!model) model = build_model(cfg.model, vocab, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);
+  if (opt.model_cache) *opt.model_cache = model;
   check_parallel_layout(*model, cfg, mesh);
   freeze_parts(*model, cfg.model);
   if (!cfg.features.freeze.empty()) apply_freeze_plan(*model, cfg.features.freeze);
@@ -210,8 +221,20 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
   if (mesh.pp > 1)
     pipe = make_pipeline_layout(*model, pc.pipeline_num_layers, mesh.pp, resolve_virtual_pipeline_size(*model, pc));
   const auto recompute = compile_patterns(cfg.features.recompute);
-  const bool fsdp = mesh.dp_shard > 1, ddp = mesh.dp_replicate > 1 && !fsdp;
+  const bool fsdp = shards_parameters(pc, mesh), ddp = mesh.dp_replicate * mesh.cp > 1 && !fsdp;
   const bool zero1 = pc.distributed_optimizer && ddp;
+  // Context parallel: a rank's share of each batch (a text model's token fields are cut before it).
+  parallel::CpLayout cp_layout;
+  if (mesh.cp > 1) {
+    if (!plans.context_parallel_blocks.empty())
+      throw ConfigError(cat("mm memory: context parallelism of model ", cfg.model.id,
+                            " (its sequence cut inside the model) is not estimated yet"));
+    cp_layout = resolve_cp_layout(pc);
+    const int64_t whole = batch_bytes(batch);
+    batch = shard_for_rank(batch, cp_layout, 0);
+    data_bytes += micro * (batch_bytes(batch) - whole);
+    out.batch = describe_batch(batch) + cat(" per rank (cut over ", mesh.cp, " context-parallel ranks)");
+  }
   const auto fsdp_units = compile_patterns(pc.fsdp.units.empty() ? plans.fsdp_units : pc.fsdp.units);
   if (tc.precision == "bf16")
     out.notes.push_back("training.precision bf16: activations are counted as fp32 ones halved (the estimate is "
@@ -229,12 +252,12 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
       if (pipe && !pipe->held_by(name, stage)) continue;
       int64_t n = p.numel();
       if (tp.split(name)) n /= mesh.tp;
-      if (fsdp) n = (n + mesh.dp_shard - 1) / mesh.dp_shard;
+      if (fsdp) n = (n + shard_ranks - 1) / shard_ranks;
       r.params += n * static_cast<int64_t>(p.element_size());
       if (!p.requires_grad()) continue;
       r.grads += n * 4;
-      r.optimizer += (zero1 ? (n + dp - 1) / dp : n) * 8;
-      if (zero1) r.params += (n + dp - 1) / dp * 4;  // the shard the optimizer updates, gathered after
+      r.optimizer += (zero1 ? (n + grad_ranks - 1) / grad_ranks : n) * 8;
+      if (zero1) r.params += (n + grad_ranks - 1) / grad_ranks * 4;  // the shard the optimizer updates, gathered after
     }
     if (fsdp)
       for (const auto& [name, p] : model->named_parameters()) {
@@ -258,6 +281,8 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     q.sequence_parallel = pc.sequence_parallel;
     q.vocab_parallel = tp.vocab_parallel_logits;
     q.loss_chunk = tc.loss_chunk_size;
+    q.cp_ulysses = cp_layout.ulysses;
+    q.cp_ring = cp_layout.ring;
     if (pipe) {
       std::vector<std::string> held;
       for (int c = 0; c < pipe->num_chunks(); ++c) {

@@ -14,11 +14,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "mindspeed_mm/config/config.h"
+
+namespace mm::models {
+class Model;
+}
 
 namespace mm::training {
 
@@ -47,6 +52,9 @@ struct MemoryOptions {
   // each with `images` images of image_height x image_width pixels (before the processor's
   // resize), so full-size configs size on a laptop without their data.
   int64_t seq_len = 0, images = 0, image_height = 448, image_width = 448;
+  // Set: the storage-less model is built once into it and reused by later calls with the same
+  // config (a search over seq_len; building a 7B model's shapes takes seconds).
+  std::shared_ptr<models::Model>* model_cache = nullptr;
 };
 
 // cfg: a training config. mm::ConfigError for layouts the config cannot run.

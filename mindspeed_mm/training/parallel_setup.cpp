@@ -31,6 +31,10 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
   return s;
 }
 
+bool shards_parameters(const config::ParallelConfig& p, const parallel::MeshShape& m) {
+  return m.dp_shard > 1 || (m.cp > 1 && p.data_parallel_shard_size == -1 && !p.distributed_optimizer);
+}
+
 config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int dp_size) {
   config::TrainingConfig out = t;
   if (t.global_batch_size == 0) return out;
@@ -49,7 +53,7 @@ config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int
 
 TrainParallel::TrainParallel(const config::ParallelConfig& p, const parallel::DistEnv& env, at::Device device,
                              const std::function<void(const TrainParallel&)>& before_join)
-    : env_(env), shape_(resolve_mesh_shape(p, env.world_size)) {
+    : env_(env), shape_(resolve_mesh_shape(p, env.world_size)), fsdp_(shards_parameters(p, shape_)) {
   if (p.sequence_parallel && shape_.tp == 1)
     throw ConfigError("config: parallel.sequence_parallel needs parallel.tensor_parallel_size > 1 (it shards the "
                       "sequence over the tensor-parallel ranks)");

@@ -17,6 +17,12 @@ namespace mm::training {
 // ConfigError when they do not multiply to the world size, naming every size.
 parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int world_size);
 
+// Whether parameters are sharded (FSDP, or HSDP with replicas): over data_parallel_shard_size >
+// 1 ranks, or, as TorchTitan does, over the context-parallel ranks when the shard size is left to
+// its default (-1) and ZeRO-1 is not asked for; FSDP then shards over dp_shard x cp.
+// data_parallel_shard_size: 1 with context parallelism keeps DDP over dp x cp.
+bool shards_parameters(const config::ParallelConfig& p, const parallel::MeshShape& m);
+
 // training.global_batch_size (Megatron's --global-batch-size) turned into
 // gradient_accumulation_steps for `dp_size` data-parallel ranks; the training section unchanged
 // when it is 0. ConfigError when micro_batch_size x dp_size does not divide it, or when
@@ -39,6 +45,7 @@ class TrainParallel {
   bool is_main() const { return env_.rank == 0; }   // logs, metrics, HF export, samples
   int dp_rank() const { return dp_rank_; }
   int dp_size() const { return shape_.dp_replicate * shape_.dp_shard; }
+  bool fsdp() const { return fsdp_; }  // shards_parameters
   int tp_size() const { return shape_.tp; }
   int tp_rank() const { return tp_ ? tp_->rank() : 0; }  // 0 before the groups exist
   int pp_size() const { return shape_.pp; }
@@ -76,6 +83,7 @@ class TrainParallel {
   std::shared_ptr<parallel::Communicator> world_, dp_, tp_, pp_, cp_, grad_;
   std::unique_ptr<parallel::ParallelState> state_;
   int dp_rank_ = 0, cp_rank_ = 0;
+  bool fsdp_ = false;
 };
 
 }  // namespace mm::training

@@ -37,7 +37,7 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
     check_tensor_parallel_plan(model, plans.tensor_parallel, mesh.tp, tp_options(cfg, plans));
   }
   if (mesh.pp > 1) {
-    if (mesh.dp_shard > 1)
+    if (shards_parameters(cfg.parallel, mesh))
       throw ConfigError("config: parallel.pipeline_parallel_size > 1 with FSDP (data_parallel_shard_size > 1) is not "
                         "built yet: use DDP or ZeRO-1 (data_parallel_replicate_size, distributed_optimizer)");
     const int vp = resolve_virtual_pipeline_size(model, cfg.parallel);
@@ -86,7 +86,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
       if (cfg.training.precision != "bf16")
         throw ConfigError("config: features.lora.base_dtype: bf16 needs training.precision: bf16 (the frozen bf16 "
                           "weights meet the fp32 adapters under bf16 autocast)");
-      if (mesh.shape().dp_shard > 1)
+      if (mesh.fsdp())
         throw ConfigError("config: features.lora.base_dtype: bf16 with FSDP (data_parallel_shard_size > 1) is not built "
                           "yet: FSDP already holds 1/N of the base; use parallel.fsdp.param_dtype: bf16 to gather it in bf16");
     }
@@ -151,7 +151,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   }
   // Without FSDP each parameter gets its storage, at its (tensor-parallel) shape, before DDP
   // and ZeRO-1 take it in; its values come in step 4.
-  const bool fsdp = mesh.shape().dp_shard > 1;
+  const bool fsdp = mesh.fsdp();
   if (deferred && !fsdp) mm::nn::materialize(model, device);
   // 3. data parallel
   config::ParallelConfig pc = cfg.parallel;

@@ -98,7 +98,7 @@ class Run {
   // layout, so a bad config fails on every rank alone with one line.
   void prepare(const TrainParallel& par);
   bool deferred(const TrainParallel& par) const {
-    return par.shape().dp_shard > 1 || par.shape().tp > 1 || par.shape().pp > 1;
+    return par.fsdp() || par.shape().tp > 1 || par.shape().pp > 1;
   }
   void setup_model();
   void resume(const std::string& dir);

@@ -67,7 +67,8 @@ TEST(ContextParallelTrain, Qwen2PackedLayoutsEqualOneProcess) {
   const std::string dir = fresh_dir("cp_train_packed");
   const std::string cfg = packed_text_config(dir);
   const Layout layouts[] = {
-      {2, "Ulysses 2", kCp2},
+      {2, "Ulysses 2 (FSDP over the cp ranks)", kCp2},
+      {2, "Ulysses 2, DDP over the cp ranks", kCp2 + "parallel.data_parallel_shard_size=1"},
       {4, "Ulysses 4 (2 KV heads repeated)", kCp4},
       {2, "ring 2", kCp2 + "parallel.context_parallel_algo=ring"},
       {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring"},

@@ -15,6 +15,7 @@
 // (2 H), and for the loss the logits and their log-softmax (2 V, V / t when vocabulary-parallel),
 // whose two gradients backward makes first; with the chunked head and loss only the per-token
 // losses, and one chunk's logits in backward. Packed rows add their [B, 1, S, S] attention masks.
+// Under context parallelism the batch is a rank's shard; Ulysses adds its gathered attention output.
 #include <algorithm>
 
 #include "mindspeed_mm/data/batch.h"
@@ -40,8 +41,17 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
     e.before += B * S * S;
     e.notes.emplace_back("packed-row masks", B * S * S);
   }
+  // Context parallel (the batch is this rank's shard): Ulysses keeps its attention's output over
+  // the whole sequence's tokens for its share of the heads too (N x Q again), and without a ring,
+  // off CUDA, one mask of the whole sequence's samples for every layer; the ring saves what SDPA would.
+  const bool ulysses = q.cp_ulysses > 1;
+  if (ulysses && q.cp_ring == 1 && segment_mask) {
+    const int64_t whole = S * q.cp_ulysses;
+    e.before += B * whole * whole;
+    e.notes.emplace_back("Ulysses' whole-sequence mask", B * whole * whole);
+  }
   // Sequence parallel: the column-parallel projections save their all-gathered (whole) inputs.
-  const int64_t layer = N * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I) * f;
+  const int64_t layer = N * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I + (ulysses ? Q : 0)) * f;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string path = prefix + "model.layers." + std::to_string(i);
     if (q.runs_block(path)) e.blocks.push_back({path, layer, N / sp * H * f, N * (3 * I + H / sp) * f});
