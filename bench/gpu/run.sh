@@ -13,6 +13,9 @@
 #   3. Wan2.1 DiT train step (1.3B width, 4 of its 30 blocks, bf16) in mm (bench/dit_step)
 #      against diffusers + torch on the same weights and inputs (bench/dit_step_baseline.py;
 #      diffusers carried in .gpu-deps/py when the machine lacks it).
+#   4. Causal attention per token, forward + backward, bf16, at 4k / 16k / 64k tokens on one GPU
+#      (bench/cp_attention --algo one): the baseline that Ulysses and ring runs on several GPUs
+#      compare with (NCCL puts one rank per GPU, so one GPU has no context-parallel row).
 #
 # On the device:  bash bench/gpu/run.sh     (with carry [".gpu-deps"] from bench/gpu/prepare_deps.sh)
 # Dry run here:   DRY_RUN=1 bash bench/gpu/run.sh   (the existing ./build, tiny sizes, the CPU)
@@ -56,7 +59,7 @@ else
       { tail -30 "$OUT/configure.log"; exit 1; }
   fi
   log "build"
-  cmake --build "$BUILD" -j "$(nproc)" --target mm mm_cuda_tests train_step vl_step dit_step > "$OUT/build.log" 2>&1 ||
+  cmake --build "$BUILD" -j "$(nproc)" --target mm mm_cuda_tests train_step vl_step dit_step cp_attention > "$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
 fi
 "$BUILD/mm" version | tee "$OUT/version.txt"
@@ -157,6 +160,14 @@ if "$PY" -c "import diffusers" 2>/dev/null; then
 else
   row "Wan2.1 DiT step" "skipped" "diffusers not importable" "run bench/gpu/prepare_deps.sh"
 fi
+
+# --- 4. attention per token on one GPU (the context-parallel baseline)
+if [[ "$DRY" == 1 ]]; then SEQS=(1024); CP_PREC=fp32; else SEQS=(4096 16384 65536); CP_PREC=bf16; fi
+for S in "${SEQS[@]}"; do
+  line=$("$BUILD/cp_attention" --algo one --seq "$S" --dtype "$CP_PREC" --device "$DEVICE" --iters 3 --warmup 1 2>&1 |
+         tee -a "$OUT/cp_attention.log" | tail -1)
+  row "causal attention fwd+bwd, $S tokens, 8/2 heads of 64, $CP_PREC, one process" "$(sed -E 's/.*, ([0-9.]+ us per token)/\1/' <<<"$line")" "-" "baseline for CP on several GPUs"
+done
 
 log "done"
 echo

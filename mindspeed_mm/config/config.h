@@ -275,11 +275,15 @@ struct LoraConfig {
 
 struct FeaturesConfig {
   std::vector<std::string> freeze;         // module-path patterns whose parameters are frozen
-  std::vector<std::string> recompute;      // blocks whose activations are recomputed in backward
+  std::vector<std::string> recompute;      // blocks (or attention / MLP modules) recomputed in backward
+  // Blocks recomputed in backward whose one kept input waits in pinned host memory (CUDA only):
+  // copied out on a side stream in forward, brought back a block ahead of backward.
+  std::vector<std::string> offload;
   LoraConfig lora;
   template <class IO> void io(IO& io) {
     io("freeze", freeze);
     io("recompute", recompute);
+    io("offload", offload);
     io.section("lora", lora);
   }
 };

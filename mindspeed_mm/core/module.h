@@ -83,6 +83,16 @@ struct ForwardContext {
 };
 
 using BlockFn = std::function<at::Tensor(const at::Tensor&)>;
+
+// A module inside a block whose forward a plan may run another way: selective recompute runs an
+// attention or an MLP checkpointed while the rest of its block keeps its activations. Its
+// forward hands `through` its input and its own computation (which `through` calls, now and
+// perhaps again in backward, so the computation must own what it uses).
+class ForwardThrough {
+ public:
+  virtual ~ForwardThrough() = default;
+  std::function<at::Tensor(const at::Tensor&, const BlockFn&)> through;  // empty: run directly
+};
 // The rest of a block's chain: input and context in, output out.
 using BlockCtxFn = std::function<at::Tensor(const at::Tensor&, const ForwardContext&)>;
 // A wrapper receives the block, its input and context, and a callable running the rest of the

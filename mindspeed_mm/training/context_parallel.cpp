@@ -34,8 +34,9 @@ parallel::CpLayout resolve_cp_layout(const config::ParallelConfig& p) {
   return l;
 }
 
-ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group)
-    : layout_(layout), group_(std::move(group)), rank_(group_ ? group_->rank() : 0) {
+ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group, int64_t shard_multiple)
+    : layout_(layout), multiple_(layout.multiple() * std::max<int64_t>(1, shard_multiple)), group_(std::move(group)),
+      rank_(group_ ? group_->rank() : 0) {
   MM_CHECK(group_ && group_->size() == layout_.size(), "context parallel: a group of ", layout_.size(), " ranks expected");
   const std::vector<int>& m = group_->members();
   const int u = layout_.ulysses, ring_rank = rank_ / u, share = rank_ % u;
@@ -106,6 +107,7 @@ int64_t ContextParallel::apply(models::Model& model, const std::vector<std::stri
     b->add_outer_wrapper("context_parallel", [self, first, last](mm::nn::Block&, const at::Tensor& x,
                                                                  const mm::nn::ForwardContext& c,
                                                                  const mm::nn::BlockCtxFn& f) {
+      if (c.kv_cache) return f(x, c);  // generation (the sample after training): the whole sequence here
       auto cp = self.lock();
       MM_CHECK(cp, "context parallel: the plan outlived its state");
       at::Tensor h = first ? cp->enter(x) : x;
@@ -133,12 +135,14 @@ at::Tensor token_samples(const data::Batch& b) {
 
 }  // namespace
 
-data::Batch ContextParallel::shard(const data::Batch& host) const { return shard_for_rank(host, layout_, rank_); }
+data::Batch ContextParallel::shard(const data::Batch& host) const {
+  return shard_for_rank(host, layout_, rank_, multiple_ / layout_.multiple());
+}
 
-data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank) {
+data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank, int64_t shard_multiple) {
   const at::Tensor& ids = host.require_tensor(data::kInputIds);
   MM_CHECK(ids.dim() == 2, "context parallel: input_ids must be [batch, seq] (got ", ids.sizes(), ")");
-  const int64_t B = ids.size(0), S = ids.size(1), m = layout.multiple();
+  const int64_t B = ids.size(0), S = ids.size(1), m = layout.multiple() * std::max<int64_t>(1, shard_multiple);
   const int64_t padded = (S + m - 1) / m * m, pad = padded - S;
   const std::vector<int64_t> held = layout.token_indices(padded, rank);
   const at::Tensor index = at::tensor(held, at::kLong);
@@ -207,7 +211,7 @@ void ContextParallel::begin(const data::Batch& batch) {
 }
 
 at::Tensor ContextParallel::enter(const at::Tensor& x) {
-  const int64_t B = x.size(0), L = x.size(1), m = layout_.multiple();
+  const int64_t B = x.size(0), L = x.size(1), m = multiple_;
   const int64_t padded = (L + m - 1) / m * m;
   real_len_ = L;
   at::Tensor seg = batch_segments_.defined() && batch_segments_.size(1) == L

@@ -29,14 +29,19 @@ inline constexpr std::string_view kCpSegmentIds = "cp_segment_ids";
 
 // Cp rank `rank`'s shard of a collated host batch (ContextParallel::shard, which `mm memory`
 // also uses to size a rank's batch without a group).
-data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank);
+// Each rank's share is a multiple of shard_multiple tokens (tensor parallelism's sequence split
+// takes its share of it next).
+data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank,
+                           int64_t shard_multiple = 1);
 
 class ContextParallel : public models::AttentionCore, public std::enable_shared_from_this<ContextParallel> {
  public:
   // group: the cp group (its rank is this rank's cp coordinate). Builds the Ulysses and ring
   // subgroups (every member of the cp group calls this). Made with std::make_shared (the modules
   // it is installed on share it).
-  ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group);
+  // shard_multiple: each rank's tokens a multiple of it (the tensor-parallel degree under
+  // sequence parallelism).
+  ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group, int64_t shard_multiple = 1);
 
   const parallel::CpLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -65,6 +70,7 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
 
  private:
   parallel::CpLayout layout_;
+  int64_t multiple_ = 1;  // a sequence's padded length divides by this
   parallel::CpGroup group_, ulysses_, ring_;
   int rank_ = 0;
   bool cuts_in_model_ = false;

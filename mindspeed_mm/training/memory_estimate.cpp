@@ -231,7 +231,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
                             " (its sequence cut inside the model) is not estimated yet"));
     cp_layout = resolve_cp_layout(pc);
     const int64_t whole = batch_bytes(batch);
-    batch = shard_for_rank(batch, cp_layout, 0);
+    batch = shard_for_rank(batch, cp_layout, 0, pc.sequence_parallel ? mesh.tp : 1);
     data_bytes += micro * (batch_bytes(batch) - whole);
     out.batch = describe_batch(batch) + cat(" per rank (cut over ", mesh.cp, " context-parallel ranks)");
   }

@@ -117,12 +117,13 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   std::shared_ptr<ContextParallel> cp;
   if (mesh.cp_size() > 1) {
     const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
-    cp = std::make_shared<ContextParallel>(layout, mesh.cp());
+    cp = std::make_shared<ContextParallel>(layout, mesh.cp(), cfg.parallel.sequence_parallel ? mesh.tp_size() : 1);
     const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks);
     log::info("plan: context parallel over ", mesh.cp_size(), " ranks (",
               layout.ring == 1 ? "Ulysses" : layout.ulysses == 1 ? "ring, zigzag" : cat("hybrid: Ulysses ", layout.ulysses,
                                                                                           " x ring ", layout.ring),
-              "): ", n, " attention modules, sequences padded to a multiple of ", layout.multiple(),
+              "): ", n, " attention modules, sequences padded to a multiple of ",
+              layout.multiple() * (cfg.parallel.sequence_parallel ? mesh.tp_size() : 1),
               cp->shards_batches() ? ", each rank's tokens cut from the batch" : ", cut inside the model between its blocks");
   }
   // 3. pipeline: this stage keeps only the parameters its chunks use (the others keep their full
@@ -188,9 +189,17 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
       }
     log::info("plan: LoRA base held in bf16 (", cast, " frozen parameter tensors)");
   }
-  // 5. recompute
+  // 5. recompute, and offload (recompute with the kept inputs in host memory)
   if (!cfg.features.recompute.empty())
-    log::info("plan: recomputing activations of ", apply_recompute_plan(model, cfg.features.recompute), " blocks");
+    log::info("plan: recomputing activations of ", apply_recompute_plan(model, cfg.features.recompute),
+              " modules (blocks, or attention / MLP alone)");
+  if (!cfg.features.offload.empty()) {
+    if (!device.is_cuda())
+      throw ConfigError(cat("config: features.offload needs a CUDA device (training.device is ", device.str(),
+                            "); on the CPU use features.recompute, which keeps the same one input per block"));
+    log::info("plan: offloading the kept inputs of ", apply_offload_plan(model, cfg.features.offload),
+              " recomputed blocks to pinned host memory");
+  }
   // 6. the head fused with the loss, in chunks (checked above: a language model, no TP or PP)
   if (cfg.training.loss_chunk_size > 0) {
     dynamic_cast<models::CausalLM&>(model).set_loss_chunk(cfg.training.loss_chunk_size);

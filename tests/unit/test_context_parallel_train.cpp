@@ -136,3 +136,29 @@ TEST(ContextParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
     EXPECT_EQ(r.output.find("iter 1/"), std::string::npos) << c.overrides;
   }
 }
+
+// A context-parallel run killed mid-run resumes from its last checkpoint to the same losses as
+// the uninterrupted one, bitwise (FSDP over the cp ranks: every rank's shard and the loader
+// position written once per data-parallel rank); the checkpoint also resumes on one process.
+TEST(ContextParallelTrain, KilledRunResumesBitwise) {
+  const std::string dir = fresh_dir("cp_train_resume");
+  const std::string cfg = packed_text_config(dir);
+  const std::string common = kCp2 + "parallel.context_parallel_algo=ring training.save_interval=5 training.resume=auto ";
+  const TrainRun straight = train(cfg, 2, dir + "/straight.jsonl", common + "training.save_dir=" + dir + "/straight");
+  ASSERT_EQ(straight.losses.size(), 20u);
+  const std::string save = dir + "/killed", metrics = dir + "/killed.jsonl";
+  auto killed = run_command("MM_DEBUG_KILL_AT_ITER=13 MM_DEBUG_KILL_RANK=1 " + mm_launch(2) + mm_binary() + " train " +
+                            cfg + " " + common + "training.save_dir=" + save + " training.metrics_file=" + metrics);
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  auto resumed = run_command(mm_launch(2) + mm_binary() + " train " + cfg + " " + common + "training.save_dir=" + save +
+                             " training.metrics_file=" + metrics);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto losses = metrics_losses(metrics);
+  ASSERT_EQ(losses.size(), 20u);
+  for (auto& [it, l] : straight.losses) EXPECT_EQ(losses.at(it), l) << "iteration " << it;
+  // The same checkpoint on one process (any layout reads any other's): iterations 16-20 as the
+  // cp run within fp32 reassociation.
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl",
+                             "training.resume=" + dir + "/straight/iter_0000015 training.save_dir=" + dir + "/one_save");
+  for (int64_t it = 16; it <= 20; ++it) EXPECT_NEAR(one.losses.at(it), straight.losses.at(it), 1e-5 * straight.losses.at(it)) << it;
+}

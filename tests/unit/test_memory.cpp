@@ -195,3 +195,48 @@ TEST(Memory, FullSizeConfigsSizeWithoutTheirData) {
   EXPECT_EQ(json::parse(read_file(dir + "/data.json"))["ranks"][0]["activations"],
             json::parse(read_file(dir + "/synthetic.json"))["ranks"][0]["activations"]);
 }
+
+// Selective recompute (features.recompute naming an attention or an MLP): the same losses as
+// without (recompute re-runs the same kernels), and the step's measured peak between none and
+// whole layers. Offload on the CPU is a one-line error.
+TEST(Memory, SelectiveRecomputeKeepsLossesAndLowersThePeak) {
+  const std::string dir = mm::test::fresh_dir("memory_selective");
+  const std::string text = mm::test::text_config(dir);
+  const std::string wide = " training.micro_batch_size=8 model.config.hidden_size=128 model.config.intermediate_size=384 "
+                           "data.seq_len=128 training.train_iters=4 training.eval_interval=0 ";
+  const std::string mm = mm::test::mm_binary();
+  auto run = [&](const std::string& name, const std::string& plan) {
+    std::string slug;
+    for (char ch : name) slug += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+    const std::string metrics = dir + "/" + slug + ".jsonl";
+    auto r = run_command(mm + " train " + text + wide + plan + " training.metrics_file=" + metrics);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    double peak = 0;
+    std::istringstream in(read_file(metrics));
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line);
+      if (j.contains("peak_tensor_bytes_per_rank")) peak = j["peak_tensor_bytes_per_rank"][0].get<double>();
+    }
+    std::printf("%-28s peak %.2f MiB\n", name.c_str(), peak / 1048576.0);
+    return std::make_pair(mm::test::metrics_losses(metrics), peak);
+  };
+  const auto none = run("no recompute", "");
+  const auto mlp = run("MLP only", "'features.recompute=[model.layers.{*}.mlp]'");
+  const auto attn = run("attention only", "'features.recompute=[model.layers.{*}.self_attn]'");
+  const auto block = run("whole layers", "'features.recompute=[model.layers.{*}]'");
+  ASSERT_EQ(none.first.size(), 4u);
+  for (const auto* r : {&mlp, &attn, &block}) {
+    ASSERT_EQ(r->first.size(), 4u);
+    for (auto& [it, l] : none.first) EXPECT_NEAR(r->first.at(it), l, 1e-6 * l) << it;
+  }
+  EXPECT_LT(mlp.second, none.second);
+  EXPECT_LT(attn.second, none.second);
+  EXPECT_LT(block.second, mlp.second);
+  EXPECT_LT(block.second, attn.second);
+  auto bad = run_command(mm + " train " + text + wide + "'features.offload=[model.layers.{*}]'");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("features.offload needs a CUDA device"), std::string::npos) << bad.output;
+  auto wrong = run_command(mm + " train " + text + wide + "'features.recompute=[model.norm]'");
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("neither a block"), std::string::npos) << wrong.output;
+}

@@ -154,7 +154,7 @@ TEST(Plans, RecomputePatternErrors) {
   EXPECT_NE(e.find("'model.layerz.{*}' matches no module"), std::string::npos) << e;
   e = config_error([&] { mm::training::apply_recompute_plan(*m, {"model.norm"}); });
   EXPECT_NE(e.find("'model.norm'"), std::string::npos) << e;
-  EXPECT_NE(e.find("not a block"), std::string::npos) << e;
+  EXPECT_NE(e.find("neither a block"), std::string::npos) << e;
   // Applying twice wraps once.
   EXPECT_EQ(mm::training::apply_recompute_plan(*m, {"model.layers.{0-1}"}), 2);
   EXPECT_EQ(mm::training::apply_recompute_plan(*m, {"model.layers.{*}"}), 3);

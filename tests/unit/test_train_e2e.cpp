@@ -101,7 +101,7 @@ TEST(TrainE2E, RecomputePlanGivesTheSameLosses) {
   auto rc = short_run(cfg, dir, "b", 4, "features.recompute=[model.layers.{*}]");
   ASSERT_EQ(base.exit_code, 0) << base.output;
   ASSERT_EQ(rc.exit_code, 0) << rc.output;
-  EXPECT_NE(rc.output.find("recomputing activations of 2 blocks"), std::string::npos) << rc.output;
+  EXPECT_NE(rc.output.find("recomputing activations of 2 modules"), std::string::npos) << rc.output;
   auto la = mm::test::metrics_losses(dir + "/a.jsonl"), lb = mm::test::metrics_losses(dir + "/b.jsonl");
   ASSERT_EQ(la.size(), 4u);
   for (auto& [it, l] : la) EXPECT_EQ(l, lb[it]) << "iteration " << it;

@@ -11,6 +11,10 @@ SwiGLUMLP::SwiGLUMLP(int64_t hidden, int64_t inter, bool bias, at::ScalarType dt
 }
 
 at::Tensor SwiGLUMLP::forward(const at::Tensor& x) const {
+  return through ? through(x, [this](const at::Tensor& in) { return forward_own(in); }) : forward_own(x);
+}
+
+at::Tensor SwiGLUMLP::forward_own(const at::Tensor& x) const {
   return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 

@@ -10,10 +10,11 @@
 
 namespace mm::models {
 
-class SwiGLUMLP : public mm::nn::Module {
+class SwiGLUMLP : public mm::nn::Module, public mm::nn::ForwardThrough {
  public:
   SwiGLUMLP(int64_t hidden, int64_t intermediate, bool bias = false, at::ScalarType dtype = at::kFloat);
   at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor forward_own(const at::Tensor& x) const;  // forward, not through a plan
   std::string type_name() const override { return "SwiGLUMLP"; }
 
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;

@@ -139,6 +139,11 @@ Qwen2Attention::Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype)
 }
 
 at::Tensor Qwen2Attention::forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const {
+  if (!through || ctx.kv_cache) return forward_own(x, ctx);
+  return through(x, [this, ctx](const at::Tensor& in) { return forward_own(in, ctx); });  // ctx copied: may run again
+}
+
+at::Tensor Qwen2Attention::forward_own(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const {
   const int64_t B = x.size(0);
   // [B, S, heads * D] -> [B, heads, S, D] (S from the projections: a plan may gather a sequence
   // that arrives split)

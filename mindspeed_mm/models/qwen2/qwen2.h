@@ -90,12 +90,13 @@ struct Qwen2Config {
   double flops_per_token(int64_t seq_len) const;
 };
 
-class Qwen2Attention : public mm::nn::Module, public HeadSplittable, public AttentionCoreHost {
+class Qwen2Attention : public mm::nn::Module, public HeadSplittable, public AttentionCoreHost, public mm::nn::ForwardThrough {
  public:
   Qwen2Attention(const Qwen2Config& c, at::ScalarType dtype);
   // x [B, S, hidden] -> [B, S, hidden]; uses ctx.cos/sin, ctx.attn_mask, ctx.causal, and
   // appends to ctx.kv_cache (layer ctx.layer_index) when set.
   at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
+  at::Tensor forward_own(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;  // forward, not through a plan
   std::string type_name() const override { return "Qwen2Attention"; }
   std::pair<int64_t, int64_t> heads() const override { return {num_heads, num_kv_heads}; }
   void keep_heads(int64_t q_heads, int64_t kv_heads) override {
