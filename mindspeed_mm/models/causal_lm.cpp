@@ -77,11 +77,24 @@ at::Tensor CausalLM::forward_hidden(const MultimodalInputs&) {
   throw Error(cat("model ", type_name(), " cannot fuse its head with the loss (training.loss_chunk_size)"));
 }
 
+namespace {
+bool fuses_head(int64_t chunk, const data::Batch& batch) {
+  return chunk > 0 && at::GradMode::is_enabled() && batch.has(data::kLabels);
+}
+}  // namespace
+
+void CausalLM::set_head_output(Outputs& out, const at::Tensor& hidden, const data::Batch& batch,
+                               const std::function<at::Tensor(const at::Tensor&)>& logits) const {
+  if (!fuses_head(loss_chunk_, batch)) return out.set(kLogits, logits(hidden));
+  const at::Tensor& y = batch[data::kLabels];
+  out.set(kTokenLosses, chunked_loss_ ? chunked_loss_(hidden, head_weight(), y, loss_chunk_)
+                                      : chunked_linear_cross_entropy(hidden, head_weight(), y, loss_chunk_));
+}
+
 Outputs CausalLM::forward(const data::Batch& batch) {
   Outputs out;
-  if (loss_chunk_ > 0 && at::GradMode::is_enabled() && batch.has(data::kLabels)) {
-    out.set(kTokenLosses, chunked_linear_cross_entropy(forward_hidden(multimodal_inputs(batch)), head_weight(),
-                                                       batch[data::kLabels], loss_chunk_));
+  if (fuses_head(loss_chunk_, batch)) {
+    set_head_output(out, forward_hidden(multimodal_inputs(batch)), batch, {});
     return out;
   }
   out.set(kLogits, forward_multimodal(multimodal_inputs(batch)));

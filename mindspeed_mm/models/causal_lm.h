@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,15 @@ class CausalLM : public Model {
   // training.loss_chunk_size: with tokens > 0, a training forward (grad mode, labels in the batch)
   // gives {"token_losses"} through chunked_linear_cross_entropy instead of the whole logits.
   void set_loss_chunk(int64_t tokens) { loss_chunk_ = tokens; }
+  // The model's last output from its final normed hidden states: {"token_losses"} through the
+  // chunked head and loss when a training forward asks for it (as forward does), else {"logits"}
+  // from `logits` (the head). A pipeline's last stage calls it.
+  void set_head_output(Outputs& out, const at::Tensor& hidden, const data::Batch& batch,
+                       const std::function<at::Tensor(const at::Tensor&)>& logits) const;
+  // A plan's own fused head and loss (hidden, head weight, labels, chunk -> per-token losses):
+  // tensor parallelism's vocabulary-parallel one. Empty: chunked_linear_cross_entropy.
+  using ChunkedLoss = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t)>;
+  void set_chunked_loss(ChunkedLoss fn) { chunked_loss_ = std::move(fn); }
   int64_t loss_chunk() const { return loss_chunk_; }
 
   // The Model interface: {"logits": [B, S, vocab]} (or {"token_losses"}, above); objective causal_lm.
@@ -98,6 +108,7 @@ class CausalLM : public Model {
 
  private:
   int64_t loss_chunk_ = 0;
+  ChunkedLoss chunked_loss_;
 };
 
 // model as a CausalLM, or mm::Error "<what>: model <type> is not a language model".

@@ -159,6 +159,79 @@ at::Tensor vocab_parallel_token_losses(const at::Tensor& logits, const at::Tenso
   return (sum_exp.log() - target) * scored.to(shifted.scalar_type());
 }
 
+namespace {
+
+// Chunked, vocabulary-parallel: forward keeps each token's log-sum-exp over the whole vocabulary
+// (one number a token), backward rebuilds one chunk's local logits at a time.
+struct VocabParallelChunkedCE : torch::autograd::Function<VocabParallelChunkedCE> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels, int64_t chunk, c10::IValue group) {
+    ctx->saved_data["tp"] = group;
+    const TpGroup& tp = held(ctx).group;
+    const int r = tp->rank();
+    const int64_t H = hidden.size(-1), N = hidden.numel() / std::max<int64_t>(1, H), v_local = weight.size(0);
+    const at::Tensor h = hidden.reshape({N, H}), y = labels.reshape({N}).to(at::kLong);
+    const auto f32 = hidden.options().dtype(at::kFloat);
+    at::Tensor out = at::zeros({N}, f32), lse = at::zeros({N}, f32);
+    for (int64_t s = 0; s < N; s += chunk) {
+      const int64_t n = std::min(chunk, N - s);
+      const at::Tensor logits = at::matmul(h.narrow(0, s, n), weight.t()).to(at::kFloat);
+      at::Tensor m = std::get<0>(logits.max(1)).contiguous();
+      tp->all_reduce(m, ReduceOp::kMax);
+      const at::Tensor shifted = logits - m.unsqueeze(1);
+      const at::Tensor local = y.narrow(0, s, n) - r * v_local;
+      const at::Tensor mine = y.narrow(0, s, n).ne(-100).logical_and(local.ge(0)).logical_and(local.lt(v_local));
+      const at::Tensor picked =
+          shifted.gather(1, at::where(mine, local, at::zeros_like(local)).unsqueeze(1)).squeeze(1) * mine.to(at::kFloat);
+      at::Tensor sums = at::stack({shifted.exp().sum(1), picked}).contiguous();  // one all-reduce for both
+      tp->all_reduce(sums);
+      const at::Tensor log_sum = sums[0].log();
+      lse.narrow(0, s, n).copy_(log_sum + m);
+      out.narrow(0, s, n).copy_((log_sum - sums[1]) * y.narrow(0, s, n).ne(-100).to(at::kFloat));
+    }
+    ctx->save_for_backward({hidden, weight, labels, lse});
+    ctx->saved_data["chunk"] = chunk;
+    return out.view(labels.sizes());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &hidden = saved[0], &weight = saved[1], &lse = saved[3];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const int r = held(ctx).group->rank();
+    const int64_t H = hidden.size(-1), N = hidden.numel() / std::max<int64_t>(1, H), v_local = weight.size(0);
+    const at::Tensor h = hidden.reshape({N, H}), y = saved[2].reshape({N}).to(at::kLong);
+    const at::Tensor g = grads[0].reshape({N}).to(at::kFloat);
+    at::Tensor grad_h = at::empty({N, H}, hidden.options());
+    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < N; s += chunk) {
+      const int64_t n = std::min(chunk, N - s);
+      const at::Tensor yc = y.narrow(0, s, n), local = yc - r * v_local;
+      const at::Tensor mine = yc.ne(-100).logical_and(local.ge(0)).logical_and(local.lt(v_local));
+      // d loss / d logits = softmax over the whole vocabulary (this rank's columns) - onehot(label).
+      at::Tensor d = (at::matmul(h.narrow(0, s, n), weight.t()).to(at::kFloat) - lse.narrow(0, s, n).unsqueeze(1)).exp();
+      d.scatter_add_(1, at::where(mine, local, at::zeros_like(local)).unsqueeze(1), -mine.to(at::kFloat).unsqueeze(1));
+      d.mul_((g.narrow(0, s, n) * yc.ne(-100).to(at::kFloat)).unsqueeze(1));
+      const at::Tensor dh = d.to(weight.scalar_type());
+      grad_h.narrow(0, s, n).copy_(at::matmul(dh, weight));  // this rank's part: summed by copy_to_tp_region
+      grad_w.add_(at::matmul(dh.t(), h.narrow(0, s, n)).to(at::kFloat));
+    }
+    return {grad_h.view(hidden.sizes()), grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor vocab_parallel_chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                                const at::Tensor& labels, int64_t chunk, const TpGroup& tp) {
+  MM_CHECK(chunk > 0 && hidden.dim() >= 2 && weight.dim() == 2 && weight.size(1) == hidden.size(-1) &&
+               labels.numel() * hidden.size(-1) == hidden.numel(),
+           "vocab-parallel chunked cross-entropy: hidden ", hidden.sizes(), ", head rows ", weight.sizes(), " and labels ",
+           labels.sizes(), " do not line up (chunk ", chunk, ")");
+  MM_CHECK(!alone(tp), "vocab-parallel chunked cross-entropy: needs a tensor-parallel group");
+  return VocabParallelChunkedCE::apply(copy_to_tp_region(hidden, tp), weight, labels, chunk, hold(tp, -1));
+}
+
 at::Tensor copy_to_tp_region(const at::Tensor& x, const TpGroup& tp) {
   return alone(tp) ? x : CopyToRegion::apply(x, hold(tp, -1));
 }

@@ -52,6 +52,15 @@ std::pair<at::Tensor, at::Tensor> vocab_parallel_cross_entropy_sum(const at::Ten
 // The per-token losses [...] of the same (0 where not scored), for per-sample normalisation.
 at::Tensor vocab_parallel_token_losses(const at::Tensor& logits, const at::Tensor& labels, const TpGroup& tp);
 
+// The head fused with the loss in chunks (training.loss_chunk_size) when the head is split along
+// the vocabulary: hidden [..., H] whole on every rank, weight this rank's rows [V/n, H], labels
+// [...]. Per chunk of `chunk` tokens this rank's logits [chunk, V/n] only; the max, the sum of
+// exponentials and the target's logit are all-reduced ([chunk] numbers each). Returns the
+// per-token losses [...] (0 where not scored), the same on every rank; backward recomputes each
+// chunk's logits and sums the hidden states' gradient over the group.
+at::Tensor vocab_parallel_chunked_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                                const at::Tensor& labels, int64_t chunk, const TpGroup& tp);
+
 // This rank's equal slice of x along dim (no communication, no gradient bookkeeping beyond narrow).
 at::Tensor tp_slice(const at::Tensor& x, int64_t dim, int rank, int size);
 

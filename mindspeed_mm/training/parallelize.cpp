@@ -8,6 +8,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/core/param_init.h"
+#include "mindspeed_mm/parallel/tensor_parallel.h"
 #include "mindspeed_mm/training/context_parallel.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/plans.h"
@@ -60,9 +61,6 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
   if (cfg.training.loss_chunk_size > 0) {
     if (!dynamic_cast<models::CausalLM*>(&model))
       throw ConfigError(cat("config: training.loss_chunk_size: model ", cfg.model.id, " is not a language model"));
-    if (mesh.tp > 1 || mesh.pp > 1)
-      throw ConfigError("config: training.loss_chunk_size with tensor or pipeline parallelism is not built yet (the "
-                        "vocabulary-parallel loss and the last stage keep whole logits)");
   }
 }
 
@@ -202,8 +200,15 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   }
   // 6. the head fused with the loss, in chunks (checked above: a language model, no TP or PP)
   if (cfg.training.loss_chunk_size > 0) {
-    dynamic_cast<models::CausalLM&>(model).set_loss_chunk(cfg.training.loss_chunk_size);
-    log::info("plan: head and cross-entropy in chunks of ", cfg.training.loss_chunk_size, " tokens (no whole logits)");
+    auto& lm = dynamic_cast<models::CausalLM&>(model);
+    lm.set_loss_chunk(cfg.training.loss_chunk_size);
+    const bool vocab_parallel = dp->tp_layout().vocab_parallel_logits;
+    if (vocab_parallel)  // the head split along the vocabulary: each rank's columns of every chunk
+      lm.set_chunked_loss([tp = mesh.tp()](const at::Tensor& h, const at::Tensor& w, const at::Tensor& y, int64_t c) {
+        return parallel::vocab_parallel_chunked_cross_entropy(h, w, y, c, tp);
+      });
+    log::info("plan: head and cross-entropy in chunks of ", cfg.training.loss_chunk_size, " tokens (no whole logits",
+              vocab_parallel ? cat(", each rank's 1/", mesh.tp_size(), " of the vocabulary)") : std::string(")"));
   }
   if (lora.enabled()) dp->set_checkpoint_trainable_only(true);  // the base comes from model.pretrained
   if (lora_out) *lora_out = std::move(lora);

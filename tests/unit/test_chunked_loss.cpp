@@ -57,7 +57,8 @@ TEST(ChunkedLoss, EqualsWholeLogitsLossAndGradients) {
 
 // Training with the chunked head and loss equals training with whole logits (20 steps, 1e-5
 // relative): text (per-token normalisation, untied head) and the tiny Qwen2-VL (per-sample,
-// tied embedding), alone and under FSDP.
+// tied embedding), alone, under FSDP, tensor parallelism (vocabulary-parallel chunks) and
+// pipeline parallelism (the last stage's).
 TEST(ChunkedLoss, TrainsLikeWholeLogits) {
   using namespace mm::test;
   const std::string dir = fresh_dir("chunked_loss_train");
@@ -76,11 +77,25 @@ TEST(ChunkedLoss, TrainsLikeWholeLogits) {
   const TrainRun e = train(vl, 2, dir + "/e.jsonl", "training.micro_batch_size=2 training.loss_normalization=per_sample "
                                                     "training.loss_chunk_size=16 parallel.data_parallel_shard_size=2");
   expect_same_run(c, e, "qwen2-vl per-sample, chunks of 16 tokens, FSDP 2");
-  // Not built yet: a clear line naming the key.
-  auto r = run_command(mm_launch(2) + mm_binary() + " train " + text + " training.loss_chunk_size=8 parallel.tensor_parallel_size=2");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("config: training.loss_chunk_size with tensor or pipeline parallelism is not built yet"),
-            std::string::npos) << r.output;
+  // Tensor parallelism: the head split along the vocabulary, each rank's columns of each chunk
+  // (an untied head; and the tied embedding of the VL model), against the same layout's whole
+  // split logits and one process.
+  const TrainRun tp = train(text, 2, dir + "/tp.jsonl", "training.micro_batch_size=4 training.loss_chunk_size=7 "
+                                                        "parallel.tensor_parallel_size=2");
+  EXPECT_NE(tp.output.find("each rank's 1/2 of the vocabulary"), std::string::npos) << tp.output;
+  expect_same_run(a, tp, "text, chunks of 7 tokens, TP 2 (vocabulary-parallel)");
+  const TrainRun tp_sp = train(text, 2, dir + "/tp_sp.jsonl", "training.micro_batch_size=4 training.loss_chunk_size=7 "
+                                                              "parallel.tensor_parallel_size=2 parallel.sequence_parallel=true");
+  expect_same_run(a, tp_sp, "text, chunks of 7 tokens, TP 2 + SP");
+  const TrainRun vl_tp = train(vl, 2, dir + "/vl_tp.jsonl", vl_common + "training.loss_chunk_size=16 "
+                                                            "parallel.tensor_parallel_size=2 model.config.vocab_size=264");
+  const TrainRun vl_one = train(vl, 1, dir + "/vl_one.jsonl", vl_common + "model.config.vocab_size=264");
+  expect_same_run(vl_one, vl_tp, "qwen2-vl per-sample, tied, chunks of 16 tokens, TP 2");
+  // Pipeline parallelism: the last stage fuses the head with the loss (2 micro-batches of 2).
+  const TrainRun pp = train(text, 2, dir + "/pp.jsonl", "training.micro_batch_size=2 training.gradient_accumulation_steps=2 "
+                                                        "training.loss_chunk_size=7 parallel.pipeline_parallel_size=2 "
+                                                        "parallel.data_parallel_shard_size=1");
+  expect_same_run(a, pp, "text, chunks of 7 tokens, PP 2");
 }
 
 // A 16k vocabulary at 2048 tokens a step: the whole logits (and their log-softmax and gradients,

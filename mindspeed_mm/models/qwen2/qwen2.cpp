@@ -283,7 +283,8 @@ void Qwen2ForCausalLM::text_pipeline_forward(int64_t begin, int64_t end, Outputs
   auto [cos, sin] = pipeline_rope(in, h.scalar_type(), h.device());
   h = model->forward_layers(h, decoder_context(cos, sin, h.scalar_type(), in), begin, end);
   carry = Outputs();
-  if (end == config.num_hidden_layers) carry.set(kLogits, logits(model->norm->forward(h)));
+  if (end == config.num_hidden_layers)
+    set_head_output(carry, model->norm->forward(h), batch, [this](const at::Tensor& x) { return logits(x); });
   else carry.set("hidden", h);
 }
 
