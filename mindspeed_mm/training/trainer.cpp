@@ -152,6 +152,7 @@ Run::Run(const config::Config& cfg)
   read_fields_ = needed;
   for (const auto& f : model_->optional_fields()) read_fields_.push_back(f);
   for (const auto& f : objective_->optional_fields()) read_fields_.push_back(f);
+  if (dp_->context_parallel()) read_fields_.emplace_back(kCpSegmentIds);  // the attention's, not the model's
 
   optimizer_ = optimizer_registry().get(tc_.optimizer.id, "training.optimizer.id")(
       dp_->param_groups(tc_.optimizer.lr_multipliers), tc_.optimizer);
