@@ -55,15 +55,9 @@ ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpG
 
 int64_t ContextParallel::apply(models::Model& model, const std::vector<std::string>& patterns,
                                const std::vector<std::string>& blocks) {
-  const auto compiled = mm::compile_patterns(patterns);
-  std::vector<bool> used(compiled.size(), false);
   int64_t n = 0;
   const int u = layout_.ulysses;
-  for_each_module(model, [&](const std::string& path, mm::nn::Module& mod) {
-    bool hit = false;
-    for (size_t i = 0; i < compiled.size(); ++i)
-      if (compiled[i].matches(path)) used[i] = hit = true;
-    if (!hit) return;
+  for_each_matching_module(model, patterns, "context-parallel plan", [&](const std::string& path, mm::nn::Module& mod) {
     auto* host = dynamic_cast<models::AttentionCoreHost*>(&mod);
     if (!host)
       throw ConfigError(cat("config: parallel.context_parallel_size: the model's context-parallel plan names '", path,
@@ -80,24 +74,17 @@ int64_t ContextParallel::apply(models::Model& model, const std::vector<std::stri
     host->attention_core = shared_from_this();
     ++n;
   });
-  for (size_t i = 0; i < compiled.size(); ++i)
-    if (!used[i]) throw ConfigError(cat("config: the context-parallel plan pattern '", patterns[i], "' matches no module"));
   if (blocks.empty()) return n;
   // Cutting inside the model: every block of the stretch sees its rotary tables cut to this
   // rank's tokens; the first cuts the hidden states, the last gathers them (outside every other
   // wrapper: tensor parallelism's sequence split then takes its share of this rank's).
-  const auto block_patterns = mm::compile_patterns(blocks);
   std::vector<mm::nn::Block*> stretch;
-  for_each_module(model, [&](const std::string& path, mm::nn::Module& mod) {
-    for (const auto& p : block_patterns)
-      if (p.matches(path)) {
-        auto* b = dynamic_cast<mm::nn::Block*>(&mod);
-        if (!b)
-          throw ConfigError(cat("config: the context-parallel plan names '", path, "', a ", mod.type_name(),
-                                ", which is not a block"));
-        stretch.push_back(b);
-        break;
-      }
+  for_each_matching_module(model, blocks, "context-parallel blocks", [&](const std::string& path, mm::nn::Module& mod) {
+    auto* b = dynamic_cast<mm::nn::Block*>(&mod);
+    if (!b)
+      throw ConfigError(cat("config: the context-parallel plan names '", path, "', a ", mod.type_name(),
+                            ", which is not a block"));
+    stretch.push_back(b);
   });
   if (stretch.empty()) throw ConfigError("config: the context-parallel plan's blocks match no module");
   cuts_in_model_ = true;

@@ -14,6 +14,20 @@ void for_each_module(mm::nn::Module& root, const std::function<void(const std::s
     for_each_module(*child, fn, prefix.empty() ? name : prefix + "." + name);
 }
 
+void for_each_matching_module(mm::nn::Module& root, const std::vector<std::string>& patterns, const std::string& what,
+                              const std::function<void(const std::string&, mm::nn::Module&)>& fn) {
+  const auto compiled = mm::compile_patterns(patterns);
+  std::vector<bool> used(compiled.size(), false);
+  for_each_module(root, [&](const std::string& path, mm::nn::Module& mod) {
+    bool hit = false;
+    for (size_t i = 0; i < compiled.size(); ++i)
+      if (compiled[i].matches(path)) used[i] = hit = true;
+    if (hit) fn(path, mod);
+  });
+  for (size_t i = 0; i < compiled.size(); ++i)
+    if (!used[i]) throw ConfigError(cat("config: ", what, " pattern '", patterns[i], "' matches no module"));
+}
+
 int64_t apply_freeze_plan(mm::nn::Module& root, const std::vector<std::string>& patterns) {
   const auto compiled = mm::compile_patterns(patterns);
   std::vector<bool> used(compiled.size(), false);

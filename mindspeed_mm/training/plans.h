@@ -16,6 +16,11 @@ namespace mm::training {
 void for_each_module(mm::nn::Module& root, const std::function<void(const std::string&, mm::nn::Module&)>& fn,
                      const std::string& prefix = "");
 
+// Calls fn(path, module) for every module (depth first) whose path matches one of `patterns`;
+// then ConfigError "config: <what> pattern '<p>' matches no module" for a pattern that matched none.
+void for_each_matching_module(mm::nn::Module& root, const std::vector<std::string>& patterns, const std::string& what,
+                              const std::function<void(const std::string&, mm::nn::Module&)>& fn);
+
 // Sets requires_grad=false on every parameter under a module whose path matches a pattern,
 // and on every parameter whose full name matches ("model.norm.weight"). Returns the number of
 // distinct parameter tensors the plan covers. A pattern matching nothing is a ConfigError.

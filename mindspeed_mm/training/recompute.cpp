@@ -266,14 +266,8 @@ int64_t apply_offload_plan(mm::nn::Module& root, const std::vector<std::string>&
 #ifndef MM_WITH_CUDA
   throw ConfigError("config: features.offload needs a CUDA build of mm (this one has no CUDA)");
 #endif
-  const auto compiled = mm::compile_patterns(patterns);
-  std::vector<bool> used(compiled.size(), false);
   int64_t wrapped = 0;
-  for_each_module(root, [&](const std::string& path, mm::nn::Module& mod) {
-    bool hit = false;
-    for (size_t i = 0; i < compiled.size(); ++i)
-      if (compiled[i].matches(path)) used[i] = hit = true;
-    if (!hit) return;
+  for_each_matching_module(root, patterns, "features.offload", [&](const std::string& path, mm::nn::Module& mod) {
     auto* block = dynamic_cast<mm::nn::Block*>(&mod);
     if (!block)
       throw ConfigError(cat("config: features.offload matches '", path.empty() ? "<root>" : path, "', a ",
@@ -287,20 +281,12 @@ int64_t apply_offload_plan(mm::nn::Module& root, const std::vector<std::string>&
       return checkpoint_impl(inner, x, c, any_param_requires_grad(b), /*offload=*/true);
     });
   });
-  for (size_t i = 0; i < compiled.size(); ++i)
-    if (!used[i]) throw ConfigError(cat("config: features.offload pattern '", patterns[i], "' matches no module"));
   return wrapped;
 }
 
 int64_t apply_recompute_plan(mm::nn::Module& root, const std::vector<std::string>& patterns) {
-  const auto compiled = mm::compile_patterns(patterns);
-  std::vector<bool> used(compiled.size(), false);
   int64_t wrapped = 0;
-  for_each_module(root, [&](const std::string& path, mm::nn::Module& mod) {
-    bool hit = false;
-    for (size_t i = 0; i < compiled.size(); ++i)
-      if (compiled[i].matches(path)) used[i] = hit = true;
-    if (!hit) return;
+  for_each_matching_module(root, patterns, "recompute plan", [&](const std::string& path, mm::nn::Module& mod) {
     auto* block = dynamic_cast<mm::nn::Block*>(&mod);
     if (auto* part = dynamic_cast<mm::nn::ForwardThrough*>(&mod); part && !block) {
       // Selective: this attention or MLP alone, the rest of its block keeping its activations.
@@ -323,8 +309,6 @@ int64_t apply_recompute_plan(mm::nn::Module& root, const std::vector<std::string
       return checkpoint_impl(inner, x, c, any_param_requires_grad(b));
     });
   });
-  for (size_t i = 0; i < compiled.size(); ++i)
-    if (!used[i]) throw ConfigError(cat("config: recompute plan pattern '", patterns[i], "' matches no module"));
   return wrapped;
 }
 
