@@ -325,15 +325,18 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     const int64_t chunks_here = pipe ? pipe->virtual_chunks : 1;
     r.activations = one * in_flight / chunks_here + est->backward_extra;
     // FSDP: the root unit stays gathered through the step (every unit, without resharding after
-    // forward); in backward a unit and those prefetched ahead of it are gathered at once, and one
-    // unit's full gradients wait for their reduce-scatter.
+    // forward); in backward a unit and those prefetched ahead of it are gathered at once, and two
+    // units' full gradients can be alive: one waiting for its reduce-scatter (asynchronous) while
+    // the next unit's backward makes its own (measured when a slow peer holds the reduce-scatter
+    // back, as context parallelism's ring does).
     int64_t fsdp_forward = 0, fsdp_backward = 0;
     if (fsdp) {
       fsdp_forward = units[""].first;
       if (!pc.fsdp.reshard_after_forward)
         for (const auto& [unit, b] : units) fsdp_forward += unit.empty() ? 0 : b.first;
+      const int64_t in_flight = units.size() > 2 ? 2 : 1;  // the root and at least two units
       fsdp_backward = std::max(fsdp_forward, units[""].first + gathered * (1 + std::max<int64_t>(0, pc.fsdp.prefetch))) +
-                      unit_grads;
+                      unit_grads * in_flight;
     }
     r.transient = rebuilt + work + fsdp_backward;
 

@@ -3,8 +3,9 @@
 // (HF export), for Ulysses 2 and 4 (key/value heads repeated), ring 2 and 3 (zigzag, causal),
 // hybrid 2 x 2, CP2 with TP2 and with FSDP2, and CP with the chunked loss: on Qwen2 trained on
 // packed rows of samples of unequal lengths (padded to the layout's multiple), on Qwen2 on plain
-// text rows, and on the tiny Qwen2-VL (the merged tokens cut inside the model). Bad layouts are
-// one-line errors before training.
+// text rows, and on the tiny Qwen2-VL (the merged tokens cut inside the model: Ulysses 2, ring 3,
+// hybrid 2x2, CP2 x TP2, CP2 x FSDP2). A killed run resumes bitwise. Bad layouts are one-line
+// errors before training.
 #include "dist_train_runs.h"
 
 #include <random>
@@ -102,6 +103,8 @@ TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
   const Layout layouts[] = {
       {2, "Ulysses 2", kCp2 + common},
       {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common},
+      {4, "hybrid 2x2", kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2" + common},
+      {4, "Ulysses 2 x TP2", kCp2 + "parallel.tensor_parallel_size=2" + common},
       {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264"},
   };
   const TrainRun one = train(cfg, 1, dir + "/one.jsonl", common + " training.export_dir=" + dir + "/one_hf");
