@@ -40,17 +40,18 @@ ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpG
   MM_CHECK(group_ && group_->size() == layout_.size(), "context parallel: a group of ", layout_.size(), " ranks expected");
   const std::vector<int>& m = group_->members();
   const int u = layout_.ulysses, ring_rank = rank_ / u, share = rank_ % u;
-  if (u > 1) {
-    std::vector<int> ranks;
-    for (int i = 0; i < u; ++i) ranks.push_back(m[static_cast<size_t>(ring_rank * u + i)]);
-    ulysses_ = group_->subgroup(ranks, "cp_ulysses");
+  // One algorithm: the cp group itself. Hybrid: a Ulysses group of neighbours and a ring across.
+  if (layout_.ring == 1) {
+    ulysses_ = group_;
+  } else if (u == 1) {
+    ring_ = group_;
+  } else {
+    std::vector<int> ulysses, ring;
+    for (int i = 0; i < u; ++i) ulysses.push_back(m[static_cast<size_t>(ring_rank * u + i)]);
+    for (int j = 0; j < layout_.ring; ++j) ring.push_back(m[static_cast<size_t>(j * u + share)]);
+    ulysses_ = group_->subgroup(ulysses, "cp_ulysses");
+    ring_ = group_->subgroup(ring, "cp_ring");
   }
-  if (layout_.ring > 1) {
-    std::vector<int> ranks;
-    for (int j = 0; j < layout_.ring; ++j) ranks.push_back(m[static_cast<size_t>(j * u + share)]);
-    ring_ = layout_.ulysses == 1 ? group_ : group_->subgroup(ranks, "cp_ring");
-  }
-  if (u > 1 && layout_.ring == 1) ulysses_ = group_;
 }
 
 int64_t ContextParallel::apply(models::Model& model, const std::vector<std::string>& patterns,
