@@ -35,7 +35,8 @@ parallel::CpLayout resolve_cp_layout(const config::ParallelConfig& p) {
 }
 
 ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group, int64_t shard_multiple)
-    : layout_(layout), multiple_(layout.multiple() * std::max<int64_t>(1, shard_multiple)), group_(std::move(group)),
+    : layout_(layout), shard_multiple_(std::max<int64_t>(1, shard_multiple)),
+      multiple_(layout.multiple() * shard_multiple_), group_(std::move(group)),
       rank_(group_ ? group_->rank() : 0) {
   MM_CHECK(group_ && group_->size() == layout_.size(), "context parallel: a group of ", layout_.size(), " ranks expected");
   const std::vector<int>& m = group_->members();
@@ -87,7 +88,6 @@ int64_t ContextParallel::apply(models::Model& model, const std::vector<std::stri
                             ", which is not a block"));
     stretch.push_back(b);
   });
-  if (stretch.empty()) throw ConfigError("config: the context-parallel plan's blocks match no module");
   cuts_in_model_ = true;
   for (mm::nn::Block* b : stretch) {
     const bool first = b == stretch.front(), last = b == stretch.back();
@@ -124,7 +124,7 @@ at::Tensor token_samples(const data::Batch& b) {
 }  // namespace
 
 data::Batch ContextParallel::shard(const data::Batch& host) const {
-  return shard_for_rank(host, layout_, rank_, multiple_ / layout_.multiple());
+  return shard_for_rank(host, layout_, rank_, shard_multiple_);
 }
 
 data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank, int64_t shard_multiple) {

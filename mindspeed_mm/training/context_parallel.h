@@ -70,7 +70,8 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
 
  private:
   parallel::CpLayout layout_;
-  int64_t multiple_ = 1;  // a sequence's padded length divides by this
+  int64_t shard_multiple_ = 1;  // each rank's share of a sequence divides by this
+  int64_t multiple_ = 1;        // and the padded sequence by this (the layout's multiple x shard_multiple_)
   parallel::CpGroup group_, ulysses_, ring_;
   int rank_ = 0;
   bool cuts_in_model_ = false;
