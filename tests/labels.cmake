@@ -11,6 +11,7 @@ set(_mm_dist_suites ContextParallelTrain Distributed DistWorker DistributedCheck
     TensorParallelTrain PipelineTrain LoraTrain)
 set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
     FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess ContextParallel.AttentionEqualsOneProcess
+    ContextParallel.VisionTowerEqualsOneProcess
     FlowMatchingTrain.ContextParallelEqualsOneProcess)
 set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
     WanVAETrain LatentStats Judge QuickstartVideo Convert Profile Report Memory ChunkedLoss)

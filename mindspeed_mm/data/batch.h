@@ -34,6 +34,10 @@ inline constexpr std::string_view kImageGridThw = "image_grid_thw";
 inline constexpr std::string_view kPixelValuesVideos = "pixel_values_videos";
 inline constexpr std::string_view kVideoGridThw = "video_grid_thw";
 inline constexpr std::string_view kVideoSecondPerGrid = "video_second_per_grid";
+// Context parallelism (host, any value): pixel_values and pixel_values_videos hold only this cp
+// rank's rows, in the order the vision tower's blocks take them, padded with zero rows
+// (training/context_parallel.h); the grids stay whole.
+inline constexpr std::string_view kPixelRowsCut = "pixel_rows_cut";
 
 // Diffusion: a sample's clean latents (normalised per channel by the VAE's mean and std) and its
 // text encoder features; sample_ids (host, int64 [B]) name each sample within its dataset so

@@ -19,6 +19,7 @@ MultimodalInputs multimodal_inputs(const data::Batch& b, bool attention) {
   in.image_grid_thw = b[data::kImageGridThw];
   in.pixel_values_videos = b[data::kPixelValuesVideos];
   in.video_grid_thw = b[data::kVideoGridThw];
+  in.pixels_cut = b.has(data::kPixelRowsCut);
   if (const at::Tensor& s = b[data::kVideoSecondPerGrid]; s.defined()) {
     at::Tensor d = s.to(at::kCPU, at::kDouble).contiguous();
     in.video_second_per_grid.assign(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());

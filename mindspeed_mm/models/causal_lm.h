@@ -30,6 +30,7 @@ struct MultimodalInputs {
   int64_t max_seqlen = 0;
   at::Tensor pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw;
   std::vector<double> video_second_per_grid;
+  bool pixels_cut = false;  // data::kPixelRowsCut: the pixel rows are a context-parallel rank's
   // Incremental decoding (mindspeed_mm/models/common/kv_cache.h): the keys and values of the
   // tokens before input_ids; input_ids are appended. Positions continue after the cache.
   mm::nn::KVCache* kv_cache = nullptr;

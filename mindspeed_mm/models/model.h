@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,21 @@ struct PlanTable {
   // cut on entering the first, gathered after the last ("model.layers.{*}"). Empty: the batch's
   // token fields are cut before the model sees them (a text model).
   std::vector<std::string> context_parallel_blocks;
+  // Encoders whose own sequence is cut among the cp ranks too (a vision tower's patches, one
+  // image batch's worth per call): their attention modules and the blocks cut on entering the
+  // first and gathered after the last, as above. The blocks take [N, hidden] (one unbatched
+  // sequence) and name the segments attention stays inside by ForwardContext::cu_seqlens (frames,
+  // windows), which may change from block to block.
+  struct CpStretch {
+    std::vector<std::string> attention, blocks;
+    // The batch fields whose rows are the sequence, each with the host grid field that sizes
+    // it ({"pixel_values", "image_grid_thw"}): each cp rank is then handed only its rows (cut on
+    // the host before the device copy; data::kPixelRowsCut), in the order the blocks take them:
+    // order(grid) lists the field's row at each position (undefined or unset: the rows' own).
+    std::vector<std::pair<std::string, std::string>> inputs;
+    std::function<at::Tensor(const at::Tensor& grid)> order;
+  };
+  std::vector<CpStretch> context_parallel_encoders;
 };
 
 // Pipeline parallelism (training/pipeline.h) runs the forward pass a piece at a time: the model

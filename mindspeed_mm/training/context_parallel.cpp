@@ -1,5 +1,6 @@
 #include "mindspeed_mm/training/context_parallel.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "mindspeed_mm/core/errors.h"
@@ -55,28 +56,60 @@ ContextParallel::ContextParallel(const parallel::CpLayout& layout, parallel::CpG
   }
 }
 
-int64_t ContextParallel::apply(models::Model& model, const std::vector<std::string>& patterns,
-                               const std::vector<std::string>& blocks) {
+std::string ContextParallel::ulysses_misfit(mm::nn::Module& model, const std::vector<std::string>& patterns, int u) {
+  std::string why;
+  if (u < 2) return why;
+  for_each_matching_module(model, patterns, "context-parallel plan", [&](const std::string& path, mm::nn::Module& mod) {
+    auto* heads = dynamic_cast<models::HeadSplittable*>(&mod);
+    if (!heads || !why.empty()) return;
+    const auto [hq, hkv] = heads->heads();
+    const int64_t kv = std::lcm(hkv, static_cast<int64_t>(u));  // key/value heads repeated up to this
+    if (hq % u != 0 || hq % kv != 0)
+      why = cat("Ulysses over ", u, " ranks splits the attention heads, but '", path, "' has ", hq, " query and ", hkv,
+                " key/value heads (per tensor-parallel rank); query heads must divide by ", u,
+                " and by the key/value heads repeated to a multiple of it (", kv, ")");
+  });
+  return why;
+}
+
+ContextParallel::ContextParallel(const ContextParallel& o, int64_t shard_multiple)
+    : layout_(o.layout_), shard_multiple_(std::max<int64_t>(1, shard_multiple)),
+      multiple_(layout_.multiple() * shard_multiple_), group_(o.group_), ulysses_(o.ulysses_), ring_(o.ring_),
+      rank_(o.rank_) {}
+
+int64_t ContextParallel::install_core(mm::nn::Module& model, const std::vector<std::string>& patterns) {
+  if (const std::string why = ulysses_misfit(model, patterns, layout_.ulysses); !why.empty())
+    throw ConfigError(cat("config: parallel.context_parallel_size: ", why, "; use context_parallel_algo: ring or hybrid"));
   int64_t n = 0;
-  const int u = layout_.ulysses;
   for_each_matching_module(model, patterns, "context-parallel plan", [&](const std::string& path, mm::nn::Module& mod) {
     auto* host = dynamic_cast<models::AttentionCoreHost*>(&mod);
     if (!host)
       throw ConfigError(cat("config: parallel.context_parallel_size: the model's context-parallel plan names '", path,
                             "', a ", mod.type_name(), ", whose attention cannot be taken over"));
-    if (auto* heads = dynamic_cast<models::HeadSplittable*>(&mod); heads && u > 1) {
-      const auto [hq, hkv] = heads->heads();
-      const int64_t kv = std::lcm(hkv, static_cast<int64_t>(u));  // key/value heads repeated up to this
-      if (hq % u != 0 || hq % kv != 0)
-        throw ConfigError(cat("config: parallel.context_parallel_size: Ulysses over ", u, " ranks splits the attention heads, but '",
-                              path, "' has ", hq, " query and ", hkv, " key/value heads (per tensor-parallel rank); "
-                              "query heads must divide by ", u, " and by the key/value heads repeated to a multiple of it (", kv,
-                              "); use context_parallel_algo: ring or hybrid"));
-    }
     host->attention_core = shared_from_this();
     ++n;
   });
-  if (blocks.empty()) return n;
+  return n;
+}
+
+int64_t ContextParallel::apply(mm::nn::Module& model, const std::vector<std::string>& patterns,
+                               const std::vector<std::string>& blocks) {
+  const int64_t n = install_core(model, patterns);
+  if (!blocks.empty()) install_cut(model, blocks);
+  return n;
+}
+
+int64_t ContextParallel::apply_encoder(mm::nn::Module& model, const models::PlanTable::CpStretch& stretch) {
+  MM_CHECK(!stretch.blocks.empty(), "context parallel: an encoder stretch names no blocks");
+  encoder_ = true;
+  inputs_ = stretch.inputs;
+  order_ = stretch.order;
+  const int64_t n = install_core(model, stretch.attention);
+  install_cut(model, stretch.blocks);
+  return n;
+}
+
+void ContextParallel::install_cut(mm::nn::Module& model, const std::vector<std::string>& blocks) {
   // Cutting inside the model: every block of the stretch sees its rotary tables cut to this
   // rank's tokens; the first cuts the hidden states, the last gathers them (outside every other
   // wrapper: tensor parallelism's sequence split then takes its share of this rank's).
@@ -98,17 +131,22 @@ int64_t ContextParallel::apply(models::Model& model, const std::vector<std::stri
       if (c.kv_cache) return f(x, c);  // generation (the sample after training): the whole sequence here
       auto cp = self.lock();
       MM_CHECK(cp, "context parallel: the plan outlived its state");
-      at::Tensor h = first ? cp->enter(x) : x;
+      // An encoder's blocks take one unbatched sequence: a batch of one here.
+      const bool unbatched = cp->encoder_;
+      // The whole sequence's length: an encoder's (whose input may come cut) by its rotary table.
+      const int64_t L = unbatched ? (c.cos.defined() ? c.cos.size(-2) : x.size(0)) : x.size(1);
+      at::Tensor h = first ? cp->enter(unbatched ? x.unsqueeze(0) : x, L) : (unbatched ? x.unsqueeze(0) : x);
+      if (unbatched) cp->use_bounds(c.cu_seqlens, x.device());
       mm::nn::ForwardContext local = c;
       local.cos = cp->cut_table(c.cos);
       local.sin = cp->cut_table(c.sin);
       local.attn_mask = at::Tensor();  // the whole sequence's: the core has the samples instead
       local.cu_seqlens = at::Tensor();
-      h = f(h, local);
-      return last ? cp->leave(h) : h;
+      h = f(unbatched ? h.squeeze(0) : h, local);
+      if (!last) return h;
+      return unbatched ? cp->leave(h.unsqueeze(0)).squeeze(0) : cp->leave(h);
     });
   }
-  return n;
 }
 
 namespace {
@@ -171,26 +209,78 @@ data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& la
   return out;
 }
 
+data::Batch ContextParallel::shard_inputs(const data::Batch& host) const {
+  data::Batch out = host;
+  bool any = false;
+  for (const auto& [name, grid_name] : inputs_) {
+    const auto field = std::find_if(host.fields().begin(), host.fields().end(), [&](const auto& f) { return f.name == name; });
+    if (field == host.fields().end() || !field->tensor.defined()) continue;
+    const at::Tensor& rows = field->tensor;
+    const int64_t N = rows.size(0), m = multiple_, padded = (N + m - 1) / m * m;
+    const at::Tensor order = order_ ? order_(host.require_tensor(grid_name)) : at::Tensor();
+    MM_CHECK(!order.defined() || order.numel() == N, "context parallel: ", name, " has ", N, " rows but its grid ",
+             grid_name, " covers ", order.numel());
+    // This rank's positions of the block order, and the rows there (padding: zero rows).
+    std::vector<int64_t> at_pos, src;
+    const std::vector<int64_t> held = layout_.token_indices(padded, rank_);
+    const at::Tensor ord = order.defined() ? order.to(at::kCPU, at::kLong).contiguous() : at::Tensor();
+    for (size_t i = 0; i < held.size(); ++i)
+      if (held[i] < N) {
+        at_pos.push_back(static_cast<int64_t>(i));
+        src.push_back(ord.defined() ? ord.data_ptr<int64_t>()[held[i]] : held[i]);
+      }
+    std::vector<int64_t> shape = rows.sizes().vec();
+    shape[0] = static_cast<int64_t>(held.size());
+    at::Tensor mine = at::zeros(shape, rows.options());
+    mine.index_copy_(0, at::tensor(at_pos, at::kLong).to(rows.device()),
+                     rows.index_select(0, at::tensor(src, at::kLong).to(rows.device())));
+    out.set(name, mine, field->host);
+    any = true;
+  }
+  if (any) out.set(data::kPixelRowsCut, at::ones({}, at::kLong), /*host=*/true);
+  return out;
+}
+
 void ContextParallel::set_sequence(const at::Tensor& seg, at::Device device) {
   seq_len_ = seg.size(1);
+  auto q = std::make_shared<Sequence>();
   at::Tensor host = seg.to(at::kCPU);
   // One sample per row and no padding: nothing to mask but the causal diagonal.
   const bool uniform = host.eq(host.narrow(1, 0, 1)).all().item<bool>() && host.ge(0).all().item<bool>();
-  segment_ids_ = uniform ? at::Tensor() : seg.to(device);
-  cu_seqlens_ = mask_ = at::Tensor();
+  if (!uniform) q->segment_ids = seg.to(device);
   if (!uniform && layout_.ring == 1) {
     // Ulysses attends over the whole sequence: flash-attention's varlen kernel on CUDA; elsewhere
     // one mask for every layer (varlen_attention would build it again in each).
     if (device.is_cuda()) {
       auto [cu, longest] = models::packed_cu_seqlens(host);
-      cu_seqlens_ = cu.to(device);
-      max_seqlen_ = longest;
+      q->cu_seqlens = cu.to(device);
+      q->max_seqlen = longest;
     } else {
-      mask_ = models::segment_attention_mask(segment_ids_);
+      q->mask = models::segment_attention_mask(q->segment_ids);
     }
   }
-  rings_[0].reset();
-  rings_[1].reset();
+  seq_ = std::move(q);
+}
+
+void ContextParallel::use_bounds(const at::Tensor& cu, at::Device device) {
+  std::vector<int64_t> bounds;
+  if (cu.defined()) {
+    at::Tensor c = cu.to(at::kCPU, at::kLong).contiguous();
+    bounds.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  }
+  for (auto& [key, q] : by_bounds_)
+    if (key == bounds) {
+      seq_ = q;
+      return;
+    }
+  MM_CHECK(bounds.empty() || (bounds.front() == 0 && bounds.back() == real_len_), "context parallel: segment bounds ",
+           bounds.front(), "..", bounds.back(), " do not cover the ", real_len_, " tokens cut on entering");
+  at::Tensor seg = at::full({1, seq_len_}, -1, at::kLong);
+  if (bounds.empty()) seg.narrow(1, 0, real_len_).fill_(0);
+  for (size_t i = 0; i + 1 < bounds.size(); ++i)
+    seg.narrow(1, bounds[i], bounds[i + 1] - bounds[i]).fill_(static_cast<int64_t>(i));
+  set_sequence(seg, device);
+  by_bounds_.emplace_back(std::move(bounds), seq_);
 }
 
 void ContextParallel::begin(const data::Batch& batch) {
@@ -198,15 +288,20 @@ void ContextParallel::begin(const data::Batch& batch) {
   batch_segments_ = token_samples(batch);
 }
 
-at::Tensor ContextParallel::enter(const at::Tensor& x) {
-  const int64_t B = x.size(0), L = x.size(1), m = multiple_;
+at::Tensor ContextParallel::enter(const at::Tensor& x, int64_t L) {
+  const int64_t B = x.size(0), m = multiple_;
   const int64_t padded = (L + m - 1) / m * m;
+  const bool cut = x.size(1) != L;  // by shard_inputs
+  MM_CHECK(!cut || x.size(1) == padded / layout_.size(), "context parallel: ", x.size(1), " rows enter a stretch of ", L,
+           " tokens cut over ", layout_.size(), " ranks (", padded / layout_.size(), " expected)");
   real_len_ = L;
   at::Tensor seg = batch_segments_.defined() && batch_segments_.size(1) == L
                        ? batch_segments_.to(x.device())
                        : at::zeros({B, L}, x.options().dtype(at::kLong));
   if (padded > L) seg = at::constant_pad_nd(seg, {0, padded - L}, -1.0);
-  set_sequence(seg, x.device());
+  by_bounds_.clear();
+  if (encoder_) seq_len_ = padded;  // each block names its segments (use_bounds)
+  else set_sequence(seg, x.device());
   index_ = at::tensor(layout_.token_indices(padded, rank_), at::kLong).to(x.device());
   std::vector<int64_t> order;  // every rank's tokens in gather order
   for (int r = 0; r < layout_.size(); ++r) {
@@ -218,6 +313,7 @@ at::Tensor ContextParallel::enter(const at::Tensor& x) {
   std::vector<int64_t> pad(2 * static_cast<size_t>(x.dim() - 2), 0);  // the dims after the sequence
   pad.push_back(0);
   pad.push_back(padded - L);
+  if (cut) return x;
   at::Tensor h = padded > L ? at::constant_pad_nd(x, pad) : x;
   return h.index_select(1, index_);  // backward: this rank's rows of the gradient, zeros elsewhere
 }
@@ -243,7 +339,8 @@ at::Tensor ContextParallel::cut_table(const at::Tensor& t) {
 
 at::Tensor ContextParallel::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                    c10::optional<double> scale) {
-  MM_CHECK(seq_len_ > 0, "context parallel: attention before begin() gave it the batch's sequence");
+  MM_CHECK(seq_ && seq_len_ > 0, "context parallel: attention before begin() gave it the batch's sequence");
+  const Sequence& seq = *seq_;
   at::Tensor qq = q, kk = k, vv = v;
   if (ulysses_) {
     const int64_t u = layout_.ulysses, rep = std::lcm(k.size(1), u) / k.size(1);
@@ -257,15 +354,15 @@ at::Tensor ContextParallel::attend(const at::Tensor& q, const at::Tensor& k, con
   }
   at::Tensor o;
   if (!ring_) {
-    o = cu_seqlens_.defined() ? models::varlen_attention(qq, kk, vv, cu_seqlens_, max_seqlen_, causal, scale)
-                              : models::scaled_dot_product_attention(qq, kk, vv, mask_, causal, scale);
+    o = seq.cu_seqlens.defined() ? models::varlen_attention(qq, kk, vv, seq.cu_seqlens, seq.max_seqlen, causal, scale)
+                                 : models::scaled_dot_product_attention(qq, kk, vv, seq.mask, causal, scale);
   } else {
-    auto& spec = rings_[causal ? 1 : 0];
+    auto& spec = seq_->rings[causal ? 1 : 0];
     if (!spec || spec->scale != scale) {
       auto s = std::make_shared<parallel::RingSpec>();
       s->ring = ring_;
       for (int j = 0; j < layout_.ring; ++j) s->pieces.push_back(layout_.ring_pieces(seq_len_, j));
-      s->segment_ids = segment_ids_;
+      s->segment_ids = seq.segment_ids;
       s->causal = causal;
       s->scale = scale;
       spec = std::move(s);

@@ -42,6 +42,9 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // shard_multiple: each rank's tokens a multiple of it (the tensor-parallel degree under
   // sequence parallelism).
   ContextParallel(const parallel::CpLayout& layout, parallel::CpGroup group, int64_t shard_multiple = 1);
+  // Another plan over the same layout and groups (an encoder's), each rank's share a multiple of
+  // shard_multiple.
+  ContextParallel(const ContextParallel& groups_of, int64_t shard_multiple);
 
   const parallel::CpLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
@@ -50,9 +53,20 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // the wrappers that cut the hidden states on entering the first of them and gather them after
   // the last. Returns how many attention modules. ConfigError when a pattern matches nothing, a
   // module cannot take a core, or the heads do not split over the Ulysses degree.
-  int64_t apply(models::Model& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks);
+  int64_t apply(mm::nn::Module& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks);
+  // The same for an encoder's stretch (models::PlanTable::CpStretch): its blocks take one
+  // unbatched sequence [N, hidden] and name their segments by ForwardContext::cu_seqlens. Each
+  // call of the encoder (an image batch, then a video batch) is cut and gathered on its own.
+  int64_t apply_encoder(mm::nn::Module& model, const models::PlanTable::CpStretch& stretch);
+  // Why Ulysses over `degree` ranks cannot split the heads of the attention modules `attention`
+  // names (empty: it can).
+  static std::string ulysses_misfit(mm::nn::Module& model, const std::vector<std::string>& attention, int degree);
   // Whether batches are cut before the model (no blocks named): then shard() is the forward's batch.
   bool shards_batches() const { return !cuts_in_model_; }
+  // An encoder's (apply_encoder): this rank's rows of each of the stretch's input fields that a
+  // host batch has, in block order, padded with zero rows to the layout's multiple, and
+  // data::kPixelRowsCut set. The batch as it is when the stretch names no inputs.
+  data::Batch shard_inputs(const data::Batch& host) const;
 
   // This rank's shard of a collated host batch: every [B, S] token field (input ids, labels,
   // positions, sample ids) padded to a multiple of layout().multiple() (labels -100, padding its
@@ -74,11 +88,21 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   int64_t multiple_ = 1;        // and the padded sequence by this (the layout's multiple x shard_multiple_)
   parallel::CpGroup group_, ulysses_, ring_;
   int rank_ = 0;
-  bool cuts_in_model_ = false;
-  // Of the current batch: the whole sequence's sample ids (undefined: one sample per row, no
-  // padding), their varlen boundaries (Ulysses without a ring) and its padded length.
-  at::Tensor segment_ids_, cu_seqlens_, mask_;  // mask_: the samples as a [B, 1, S, S] mask (Ulysses off CUDA)
-  int64_t max_seqlen_ = 0, seq_len_ = 0;
+  bool cuts_in_model_ = false, encoder_ = false;
+  std::vector<std::pair<std::string, std::string>> inputs_;  // an encoder's: PlanTable::CpStretch
+  std::function<at::Tensor(const at::Tensor&)> order_;
+  // Of the current sequence: its sample ids (undefined: one sample per row, no padding), their
+  // varlen boundaries (Ulysses without a ring), the samples as a [B, 1, S, S] mask (Ulysses off
+  // CUDA), and the ring's view of it, non-causal and causal (made on first use).
+  struct Sequence {
+    at::Tensor segment_ids, cu_seqlens, mask;
+    int64_t max_seqlen = 0;
+    std::shared_ptr<const parallel::RingSpec> rings[2];
+  };
+  std::shared_ptr<Sequence> seq_;
+  int64_t seq_len_ = 0;  // its padded length
+  // An encoder's: the sequences of the segment bounds its blocks have named since entering.
+  std::vector<std::pair<std::vector<int64_t>, std::shared_ptr<Sequence>>> by_bounds_;
   // Cutting inside the model: the batch's samples per token (undefined: none given), the real
   // length of the sequence cut on entering, this rank's token indices in it, and the rotary
   // tables cut to them (by the whole table they came from).
@@ -86,12 +110,17 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   int64_t real_len_ = 0;
   std::vector<std::pair<const void*, at::Tensor>> cut_tables_;
 
-  // The sequence's samples [B, padded length] (padding -1): sets segment_ids_, cu_seqlens_, seq_len_.
+  // The sequence's samples [B, padded length] (padding -1) -> seq_, seq_len_.
   void set_sequence(const at::Tensor& segments, at::Device device);
-  at::Tensor enter(const at::Tensor& x);  // [B, L, ...] -> this rank's [B, P / n, ...]
+  // An encoder block's segments: bounds over the real tokens (undefined: one), padding its own.
+  void use_bounds(const at::Tensor& cu_seqlens, at::Device device);
+  int64_t install_core(mm::nn::Module& model, const std::vector<std::string>& attention);  // -> modules
+  void install_cut(mm::nn::Module& model, const std::vector<std::string>& blocks);  // the enter/leave wrappers
+  // [B, L, ...] -> this rank's [B, P / n, ...]; x already this rank's rows (shard_inputs) when
+  // its length is not L.
+  at::Tensor enter(const at::Tensor& x, int64_t L);
   at::Tensor leave(const at::Tensor& y);  // the inverse: every rank's tokens, in order, unpadded
   at::Tensor cut_table(const at::Tensor& t);  // a rotary table's rows (dim -2) for this rank's tokens
-  std::shared_ptr<const parallel::RingSpec> rings_[2];  // the ring's view of it, non-causal and causal
 };
 
 }  // namespace mm::training

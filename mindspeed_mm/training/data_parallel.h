@@ -62,10 +62,17 @@ class DataParallelModel {
 
   // Context parallelism (parallelize installs it): each rank's shard of a host batch, which the
   // forward then takes. Without it the batch itself.
-  void set_context_parallel(std::shared_ptr<ContextParallel> cp) { cp_ = std::move(cp); }
+  // Encoders cut on their own sequences (PlanTable::context_parallel_encoders) come too: their
+  // inputs are cut from the batch as well.
+  void set_context_parallel(std::shared_ptr<ContextParallel> cp, std::vector<std::shared_ptr<ContextParallel>> encoders = {}) {
+    cp_ = std::move(cp);
+    cp_encoders_ = std::move(encoders);
+  }
   const std::shared_ptr<ContextParallel>& context_parallel() const { return cp_; }
   data::Batch shard_batch(const data::Batch& host) const {
-    return cp_ && cp_->shards_batches() ? cp_->shard(host) : host;
+    data::Batch b = cp_ && cp_->shards_batches() ? cp_->shard(host) : host;
+    for (const auto& e : cp_encoders_) b = e->shard_inputs(b);
+    return b;
   }
 
   // Before each forward, with the (device) batch it takes.
@@ -122,6 +129,7 @@ class DataParallelModel {
   std::unique_ptr<parallel::FullyShardedDataParallel> fsdp_;
   std::unique_ptr<parallel::Zero1Partition> zero1_;
   std::shared_ptr<ContextParallel> cp_;
+  std::vector<std::shared_ptr<ContextParallel>> cp_encoders_;
 
   // Elements [begin, end) of a parameter's flattened (tensor-parallel local) tensor that this
   // rank holds (and writes).

@@ -32,7 +32,8 @@ parallel::MeshShape resolve_mesh_shape(const config::ParallelConfig& p, int worl
 }
 
 bool shards_parameters(const config::ParallelConfig& p, const parallel::MeshShape& m) {
-  return m.dp_shard > 1 || (m.cp > 1 && p.data_parallel_shard_size == -1 && !p.distributed_optimizer);
+  // CP alone shards over its ranks (TorchTitan's dp_shard x cp); with a pipeline, DDP (no FSDP there yet).
+  return m.dp_shard > 1 || (m.cp > 1 && m.pp == 1 && p.data_parallel_shard_size == -1 && !p.distributed_optimizer);
 }
 
 config::TrainingConfig resolve_global_batch(const config::TrainingConfig& t, int dp_size) {

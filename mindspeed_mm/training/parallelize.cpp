@@ -50,8 +50,9 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
       throw ConfigError(cat("config: parallel.context_parallel_size ", mesh.cp, ": model ", cfg.model.id,
                             " has no context-parallel plan (PlanTable::context_parallel)"));
     resolve_cp_layout(cfg.parallel);
-    if (mesh.pp > 1)
-      throw ConfigError("config: parallel.context_parallel_size > 1 with pipeline parallelism is not built yet");
+    if (mesh.pp > 1 && !plans.context_parallel_blocks.empty())
+      throw ConfigError(cat("config: parallel.context_parallel_size > 1 with pipeline parallelism is not built yet for ",
+                            cfg.model.id, " (it cuts its sequence inside the model; text models cut the batch and take both)"));
     if (cfg.training.loss_normalization == "per_sample" && plans.context_parallel_blocks.empty())
       throw ConfigError("config: training.loss_normalization: per_sample with parallel.context_parallel_size > 1 is not built "
                         "yet (a sample's tokens are spread over the cp ranks); use per_token");
@@ -113,6 +114,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   // 2b. context parallel: the named attention modules reach the other cp ranks' tokens (after
   // tensor parallelism, which leaves each module its share of the heads).
   std::shared_ptr<ContextParallel> cp;
+  std::vector<std::shared_ptr<ContextParallel>> cp_encoders;
   if (mesh.cp_size() > 1) {
     const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
     cp = std::make_shared<ContextParallel>(layout, mesh.cp(), cfg.parallel.sequence_parallel ? mesh.tp_size() : 1);
@@ -123,6 +125,21 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
               "): ", n, " attention modules, sequences padded to a multiple of ",
               layout.multiple() * (cfg.parallel.sequence_parallel ? mesh.tp_size() : 1),
               cp->shards_batches() ? ", each rank's tokens cut from the batch" : ", cut inside the model between its blocks");
+    // Encoders (a vision tower) cut their own sequences: by the same layout where their heads
+    // split over its Ulysses degree, else by a ring over the cp ranks (their attention is not
+    // causal, so any cut balances).
+    for (const models::PlanTable::CpStretch& stretch : plans.context_parallel_encoders) {
+      const std::string misfit = ContextParallel::ulysses_misfit(model, stretch.attention, layout.ulysses);
+      // (The same layout shares the groups: made once.)
+      const parallel::CpLayout own = misfit.empty() ? layout : parallel::CpLayout{1, layout.size()};
+      auto enc = misfit.empty() ? std::make_shared<ContextParallel>(*cp, 1) : std::make_shared<ContextParallel>(own, mesh.cp());
+      const int64_t m = enc->apply_encoder(model, stretch);
+      cp_encoders.push_back(enc);
+      log::info("plan: context parallel: ", stretch.blocks.front(), " cut over the ", mesh.cp_size(), " ranks too (",
+                misfit.empty() ? (own.ring == 1 ? std::string("Ulysses") : own.ulysses == 1 ? std::string("ring") : std::string("hybrid"))
+                               : cat("ring: ", misfit),
+                "): ", m, " attention modules", stretch.inputs.empty() ? "" : ", each rank handed only its rows of the input");
+    }
   }
   // 3. pipeline: this stage keeps only the parameters its chunks use (the others keep their full
   // shape for checkpoints and no storage, and take no gradient).
@@ -156,7 +173,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   config::ParallelConfig pc = cfg.parallel;
   if (pc.fsdp.units.empty()) pc.fsdp.units = plans.fsdp_units;
   auto dp = std::make_unique<DataParallelModel>(model, mesh, pc, device, std::move(tp), std::move(pipeline));
-  dp->set_context_parallel(cp);
+  dp->set_context_parallel(cp, std::move(cp_encoders));
   // 4. materialise
   if (deferred) {
     if (fsdp) model.to(device);  // buffers (FSDP gives the parameters their storage on the device)

@@ -402,6 +402,7 @@ double PipelineRunner::run_step(const std::vector<data::Batch>& micro, const Obj
       Slot s;
       if (a.chunk > 0) s.in = recv_carry(layout_.stage_of(a.chunk - 1), tag_of(a.micro, a.chunk, false, 0), device);
       models::Outputs carry = s.in;
+      if (before_forward_) before_forward_(batch);
       {
         AutocastScope autocast(bf16, device.type());
         run_chunk(a.chunk, carry, batch);
@@ -465,6 +466,7 @@ EvalSums PipelineRunner::eval_sums(const data::Batch& batch, const Objective& ob
   for (int c = stage_; c < C; c += layout_.stages) {
     models::Outputs carry;
     if (c > 0) carry = recv_carry(layout_.stage_of(c - 1), tag_of(1023, c, false, 0), device);
+    if (before_forward_) before_forward_(batch);
     run_chunk(c, carry, batch);
     if (c == C - 1) {
       EvalSums s = objective.eval_sums(carry, batch);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <map>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -93,19 +94,22 @@ class PipelineRunner {
   bool last_stage() const { return stage_ == layout_.stages - 1; }
 
   // Forward and backward of every micro-batch (on the device) by the schedule; each micro-batch's
-  // loss is the objective's sum divided by normaliser. before_forward runs before each chunk's
-  // forward (FSDP's gathers, none today). Returns the summed (undivided) loss of all
+  // loss is the objective's sum divided by normaliser. Returns the summed (undivided) loss of all
   // micro-batches, the same on every stage.
   double run_step(const std::vector<data::Batch>& micro, const Objective& objective, double normaliser,
                   bool bf16);
   // A validation batch forward through every stage: its sums on every stage (no gradient).
   EvalSums eval_sums(const data::Batch& batch, const Objective& objective);
+  // Runs before each chunk's forward with its micro-batch (context parallelism's sequence:
+  // DataParallelModel::begin_forward).
+  void set_before_forward(std::function<void(const data::Batch&)> f) { before_forward_ = std::move(f); }
 
  private:
   models::Model& model_;
   PipelineLayout layout_;
   std::shared_ptr<parallel::Communicator> pp_;
   int stage_ = 0;
+  std::function<void(const data::Batch&)> before_forward_;
 
   void run_chunk(int chunk, models::Outputs& carry, const data::Batch& batch);
   void send_carry(const models::Outputs& carry, int to_stage, int tag, std::vector<std::shared_ptr<parallel::PendingWork>>& sends);

@@ -116,6 +116,7 @@ Run::Run(const config::Config& cfg)
   if (dp_->tp_layout().vocab_parallel_logits) objective_->set_vocab_parallel(par_.tp());
   if (dp_->pipeline_layout()) {
     pipeline_ = std::make_unique<PipelineRunner>(*model_, *dp_->pipeline_layout(), par_.pp());
+    pipeline_->set_before_forward([this](const data::Batch& b) { dp_->begin_forward(b); });
     const int m = static_cast<int>(tc_.gradient_accumulation_steps);
     int in_flight = 0;
     for (int s = 0; s < par_.pp_size(); ++s)
@@ -152,7 +153,10 @@ Run::Run(const config::Config& cfg)
   read_fields_ = needed;
   for (const auto& f : model_->optional_fields()) read_fields_.push_back(f);
   for (const auto& f : objective_->optional_fields()) read_fields_.push_back(f);
-  if (dp_->context_parallel()) read_fields_.emplace_back(kCpSegmentIds);  // the attention's, not the model's
+  if (dp_->context_parallel()) {  // the attention's, not the model's
+    read_fields_.emplace_back(kCpSegmentIds);
+    read_fields_.emplace_back(data::kPixelRowsCut);
+  }
 
   optimizer_ = optimizer_registry().get(tc_.optimizer.id, "training.optimizer.id")(
       dp_->param_groups(tc_.optimizer.lr_multipliers), tc_.optimizer);
@@ -166,7 +170,7 @@ Run::Run(const config::Config& cfg)
     shard = [this, cp](MicroBatch& mb) {
       mb.model_flops = model_->training_flops(mb.host) / cp->layout().size();
       mb.input_tokens = model_->input_tokens(mb.host) / cp->layout().size();
-      if (cp->shards_batches()) mb.host = cp->shard(mb.host);
+      mb.host = dp_->shard_batch(mb.host);
     };
   batches_ = std::make_unique<DevicePrefetcher>(*data_.train, device_,
                                                 device_.is_cuda() ? tc_.gradient_accumulation_steps : 0, shard);

@@ -1,12 +1,15 @@
 // Context parallelism (parallel/context_parallel.h, training/context_parallel.h) on real loopback
 // ranks (this binary re-run under mm launch): Ulysses, ring (zigzag) and hybrid attention give one
 // process's output rows and gradients for this rank's tokens, causal or not, with packed samples
-// of unequal lengths and padding, with fewer key/value heads than Ulysses ranks; in float64.
+// of unequal lengths and padding, with fewer key/value heads than Ulysses ranks; in float64. And
+// the Qwen2-VL and Qwen2.5-VL vision towers with their patches cut (per-frame and per-window
+// segments changing from block to block): outputs and gradients equal one process's.
 #include <gtest/gtest.h>
 
 #include "dist_worker.h"
 #include "mindspeed_mm/data/batch.h"
 #include "mindspeed_mm/models/common/attention.h"
+#include "mindspeed_mm/models/qwen2vl/vision.h"
 #include "mindspeed_mm/parallel/communicator.h"
 #include "mindspeed_mm/parallel/context_parallel.h"
 #include "mindspeed_mm/training/context_parallel.h"
@@ -16,6 +19,10 @@ using namespace mm::parallel;
 namespace {
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+// Relative to the largest magnitude of b (at least 1).
+double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  return max_diff(a, b) / std::max(1.0, b.abs().max().item<double>());
+}
 
 CpLayout layout_for(const std::string& mode, int n) {
   CpLayout l;
@@ -100,4 +107,89 @@ TEST(ContextParallel, AttentionEqualsOneProcess) {
   for (auto [mode, n] : std::vector<std::pair<std::string, int>>{{"ulysses", 2}, {"ulysses", 4}, {"ring", 2}, {"ring", 3},
                                                                  {"hybrid", 4}})
     mm::test::expect_all_ranks_passed(mm::test::launch_worker(n, "ContextParallelAttention", mode), n);
+}
+
+TEST(DistWorker, ContextParallelVisionTower) {
+  if (!mm::test::dist_worker()) GTEST_SKIP() << "runs under mm launch only";
+  auto world = Communicator::create(DistEnv::from_environment(), std::chrono::seconds(60));
+  const int n = world->size();
+  const CpLayout layout = layout_for(mm::test::dist_mode(), n);
+  const auto groups = std::make_shared<mm::training::ContextParallel>(layout, world);  // made once
+  for (bool qwen2_5 : {false, true}) {
+    SCOPED_TRACE(qwen2_5 ? "qwen2.5-vl" : "qwen2-vl");
+    mm::models::Qwen2VLVisionConfig c;
+    c.qwen2_5 = qwen2_5;
+    c.depth = 3;
+    c.embed_dim = 32;
+    c.num_heads = 4;
+    c.mlp_ratio = 2;
+    c.intermediate_size = 48;
+    c.hidden_size = 16;
+    c.hidden_act = qwen2_5 ? "silu" : "quick_gelu";
+    c.window_size = 56;  // 2 x 2 merged units: windows of 16 patches, smaller at the edges
+    c.fullatt_block_indexes = {1};
+    mm::models::Qwen2VisionTransformer tower(c, at::kDouble);
+    at::manual_seed(5);
+    {
+      at::NoGradGuard no_grad;
+      for (auto& [name, p] : tower.named_parameters()) p.normal_(0, 0.2);
+    }
+    // An image of 4 x 6 patches and a two-frame video of 4 x 4: 56 patches, padded to the layout.
+    const at::Tensor grid = at::tensor(std::vector<int64_t>{1, 4, 6, 2, 4, 4}, at::kLong).view({2, 3});
+    const at::Tensor pixels = at::randn({56, c.patch_dim()}, at::kDouble), w = at::randn({14, 16}, at::kDouble);
+    auto run = [&](at::Tensor& grad_pixels, const at::Tensor& input = {}) {
+      at::Tensor x = (input.defined() ? input : pixels).clone().requires_grad_(true);
+      tower.zero_grad();
+      at::Tensor out = tower.forward(x, grid, /*cut=*/input.defined());
+      (out * w).sum().backward();
+      grad_pixels = x.grad();
+      return out.detach();
+    };
+    at::Tensor ref_grad_pixels;
+    const at::Tensor ref = run(ref_grad_pixels);
+    std::vector<at::Tensor> ref_grads;
+    for (auto& [name, p] : tower.named_parameters()) ref_grads.push_back(p.grad().clone());
+
+    auto cp = std::make_shared<mm::training::ContextParallel>(*groups, 1);
+    mm::models::PlanTable::CpStretch stretch;
+    stretch.attention = {"blocks.{*}.attn"};
+    stretch.blocks = {"blocks.{*}"};
+    stretch.inputs = {{"pixel_values", "image_grid_thw"}};
+    stretch.order = [c](const at::Tensor& g) { return mm::models::qwen2vl_patch_block_order(c, g); };
+    EXPECT_EQ(cp->apply_encoder(tower, stretch), 3);
+    at::Tensor grad_pixels;
+    const at::Tensor out = run(grad_pixels);
+    EXPECT_LT(rel_diff(out, ref), 1e-12);
+    // Every rank's loss is over the whole output: the ranks' gradients sum to n times one process's.
+    // (Gradients to 1e-7: the tower rotates q and k in fp32 as HF does, so a float64 difference
+    // of 1e-16 in q's gradient can round to another float.)
+    auto mean = [&](at::Tensor g) {
+      g = g.contiguous();
+      world->all_reduce(g);
+      return g / n;
+    };
+    EXPECT_LT(rel_diff(mean(grad_pixels), ref_grad_pixels), 1e-7);
+    size_t i = 0;
+    for (auto& [name, p] : tower.named_parameters()) EXPECT_LT(rel_diff(mean(p.grad()), ref_grads[i++]), 1e-7) << name;
+    // Again (a new cut each call; the tables and segments are this call's).
+    const at::Tensor again = run(grad_pixels);
+    EXPECT_LT(rel_diff(again, ref), 1e-12);
+    // The loader's cut: this rank's pixel rows only, in block order, padded with zero rows.
+    mm::data::Batch host;
+    host.set(mm::data::kPixelValues, pixels);
+    host.set(mm::data::kImageGridThw, grid, /*host=*/true);
+    const mm::data::Batch mine = cp->shard_inputs(host);
+    EXPECT_TRUE(mine.has(mm::data::kPixelRowsCut));
+    const int64_t m = layout.multiple(), padded = (56 + m - 1) / m * m;
+    ASSERT_EQ(mine[mm::data::kPixelValues].size(0), padded / n);
+    const at::Tensor from_rows = run(grad_pixels, mine[mm::data::kPixelValues]);
+    EXPECT_LT(rel_diff(from_rows, ref), 1e-12);
+    i = 0;
+    for (auto& [name, p] : tower.named_parameters()) EXPECT_LT(rel_diff(mean(p.grad()), ref_grads[i++]), 1e-7) << name;
+  }
+}
+
+TEST(ContextParallel, VisionTowerEqualsOneProcess) {
+  for (auto [mode, n] : std::vector<std::pair<std::string, int>>{{"ulysses", 2}, {"ulysses", 4}, {"ring", 3}, {"hybrid", 4}})
+    mm::test::expect_all_ranks_passed(mm::test::launch_worker(n, "ContextParallelVisionTower", mode), n);
 }

@@ -111,6 +111,15 @@ PlanTable Qwen2VLForConditionalGeneration::plans() const {
   t.tensor_parallel.insert(t.tensor_parallel.begin(), vision.begin(), vision.end());
   // The merged text and vision tokens are cut among the context-parallel ranks inside the model.
   t.context_parallel_blocks = {"model.layers.{*}"};
+  // And the vision tower's patches among them again, each frame or window attended whole; each
+  // rank is handed only its pixel rows, in the blocks' (Qwen2.5-VL: window) order.
+  PlanTable::CpStretch tower;
+  tower.attention = {"visual.blocks.{*}.attn"};
+  tower.blocks = {"visual.blocks.{*}"};
+  tower.inputs = {{std::string(data::kPixelValues), std::string(data::kImageGridThw)},
+                   {std::string(data::kPixelValuesVideos), std::string(data::kVideoGridThw)}};
+  tower.order = [c = vl_config.vision](const at::Tensor& grid) { return qwen2vl_patch_block_order(c, grid); };
+  t.context_parallel_encoders = {tower};
   return t;
 }
 
@@ -185,7 +194,7 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_hidden(const MultimodalInput
   auto place = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, const char* what) {
     if (!pixels.defined()) return;
     MM_CHECK(grid.defined(), "qwen2_vl: ", what, " pixels come without their grid_thw");
-    h = place_vision_features(h, in.input_ids, token, visual->forward(pixels, grid), "qwen2_vl", what);
+    h = place_vision_features(h, in.input_ids, token, visual->forward(pixels, grid, in.pixels_cut), "qwen2_vl", what);
   };
   place(in.pixel_values, in.image_grid_thw, vl_config.rope_index.image_token_id, "image");
   place(in.pixel_values_videos, in.video_grid_thw, vl_config.rope_index.video_token_id, "video");

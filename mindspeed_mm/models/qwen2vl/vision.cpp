@@ -109,7 +109,9 @@ at::Tensor Qwen2VLVisionAttention::forward(const at::Tensor& x, const mm::nn::Fo
   q = q.to(dtype);
   k = k.to(dtype);
   at::Tensor o;
-  if (ctx.cu_seqlens.defined()) {
+  if (attention_core) {
+    o = attention_core->attend(q, k, v, /*causal=*/false, c10::nullopt);
+  } else if (ctx.cu_seqlens.defined()) {
     at::Tensor cu = ctx.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
     std::vector<int64_t> bounds(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
     if (q.is_cuda()) {
@@ -238,14 +240,23 @@ at::Tensor Qwen2VisionTransformer::rotary_angles(const at::Tensor& grid_thw) con
   return at::cat({r, c}, 1);  // [N, head_dim / 2]
 }
 
-at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw) {
-  Run run = prepare(pixel_values, grid_thw);
+at::Tensor qwen2vl_patch_block_order(const Qwen2VLVisionConfig& c, const at::Tensor& grid_thw) {
+  if (!c.qwen2_5) return {};
+  // Whole merge units move: unit k of the window order is processor unit index[k].
+  const int64_t m = c.spatial_merge_size, unit = m * m;
+  WindowIndex wi = qwen2_5_vl_window_index(grid_thw.to(at::kCPU, at::kLong), c.window_units(), m);
+  at::Tensor unit_order = at::tensor(wi.index, at::kLong);
+  return (unit_order.unsqueeze(1) * unit + at::arange(unit, at::kLong).unsqueeze(0)).reshape({-1});
+}
+
+at::Tensor Qwen2VisionTransformer::forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw, bool cut) {
+  Run run = prepare(pixel_values, grid_thw, /*embed=*/true, cut);
   at::Tensor h = run_blocks(run, run.h, 0, static_cast<int64_t>(blocks.size()));
   return finish(run, h);
 }
 
 Qwen2VisionTransformer::Run Qwen2VisionTransformer::prepare(const at::Tensor& pixel_values, const at::Tensor& grid_thw,
-                                                            bool embed) const {
+                                                            bool embed, bool cut) const {
   MM_CHECK(pixel_values.dim() == 2 && pixel_values.size(1) == config.patch_dim(), "qwen2vl vision: pixel_values must be [N, ",
            config.patch_dim(), "] (got ", pixel_values.sizes(), ")");
   MM_CHECK(grid_thw.dim() == 2 && grid_thw.size(1) == 3, "qwen2vl vision: grid_thw must be [images, 3] (got ",
@@ -260,7 +271,7 @@ Qwen2VisionTransformer::Run Qwen2VisionTransformer::prepare(const at::Tensor& pi
              ") must be positive with h and w multiples of ", m);
     for (int64_t f = 0; f < t; ++f) frames.push_back(frames.back() + h * w);
   }
-  MM_CHECK(frames.back() == pixel_values.size(0), "qwen2vl vision: the grids cover ", frames.back(),
+  MM_CHECK(cut || frames.back() == pixel_values.size(0), "qwen2vl vision: the grids cover ", frames.back(),
            " patches but pixel_values has ", pixel_values.size(0));
 
   const auto dtype = patch_embed_weight.scalar_type();
@@ -273,11 +284,11 @@ Qwen2VisionTransformer::Run Qwen2VisionTransformer::prepare(const at::Tensor& pi
   if (config.qwen2_5) {
     // Window order: reorder whole merge units (patches and their rotary angles); frames stay
     // contiguous and in order, so the per-frame segments above still hold.
+    // (A context-parallel cut is in this order already.)
     WindowIndex wi = qwen2_5_vl_window_index(g, config.window_units(), m);
-    const int64_t unit = m * m, N = pixel_values.size(0);
     unit_order = at::tensor(wi.index, at::kLong);
-    at::Tensor patch_order = (unit_order.unsqueeze(1) * unit + at::arange(unit, at::kLong).unsqueeze(0)).reshape({N});
-    if (h.defined()) h = h.index_select(0, patch_order.to(h.device()));
+    const at::Tensor patch_order = qwen2vl_patch_block_order(config, g);
+    if (h.defined() && !cut) h = h.index_select(0, patch_order.to(h.device()));
     angles = angles.index_select(0, patch_order);
     window_cu = at::tensor(wi.cu_seqlens, at::kLong);
   }

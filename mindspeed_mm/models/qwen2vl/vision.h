@@ -96,11 +96,12 @@ struct Qwen2VLVisionConfig {
   double merger_training_flops(const at::Tensor& grid_thw) const;
 };
 
-class Qwen2VLVisionAttention : public mm::nn::Module, public HeadSplittable {
+class Qwen2VLVisionAttention : public mm::nn::Module, public HeadSplittable, public AttentionCoreHost {
  public:
   Qwen2VLVisionAttention(const Qwen2VLVisionConfig& c, at::ScalarType dtype);
   // x [N, embed]; ctx.cos/sin [1, 1, N, head_dim]; ctx.cu_seqlens: the segments attention stays in
-  // (else ctx.attn_mask, bool [1, 1, N, N]).
+  // (else ctx.attn_mask, bool [1, 1, N, N]). With an attention_core (context parallelism) x is
+  // this rank's share of the patches and the core attends over all of them.
   at::Tensor forward(const at::Tensor& x, const mm::nn::ForwardContext& ctx) const;
   std::string type_name() const override { return "Qwen2VLVisionAttention"; }
   std::pair<int64_t, int64_t> heads() const override { return {num_heads, num_heads}; }
@@ -159,12 +160,18 @@ struct WindowIndex {
 };
 WindowIndex qwen2_5_vl_window_index(const at::Tensor& grid_thw, int64_t units, int64_t spatial_merge_size);
 
+// The order the tower's blocks take the patches in: for Qwen2.5-VL the window order (int64 [N],
+// the processor-order patch at each position), for Qwen2-VL undefined (the processor's).
+at::Tensor qwen2vl_patch_block_order(const Qwen2VLVisionConfig& c, const at::Tensor& grid_thw);
+
 class Qwen2VisionTransformer : public mm::nn::Module {
  public:
   Qwen2VisionTransformer(const Qwen2VLVisionConfig& c, at::ScalarType dtype = at::kFloat);
   // pixel_values [N, patch_dim], grid_thw int64 [n, 3] with sum(t * h * w) = N ->
-  // [N / merge^2, hidden_size]. mm::Error for shapes that disagree.
-  at::Tensor forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw);
+  // [N / merge^2, hidden_size]. mm::Error for shapes that disagree. cut: pixel_values holds a
+  // context-parallel rank's rows in block order (qwen2vl_patch_block_order), which the blocks'
+  // plan gathers (training/context_parallel.h): the count is not N and no reorder is made.
+  at::Tensor forward(const at::Tensor& pixel_values, const at::Tensor& grid_thw, bool cut = false);
   // The same in pieces (a pipeline stage runs some blocks): prepare checks the shapes and builds
   // the blocks' context (rotary tables, segments, Qwen2.5-VL's window order) and, when embed, the
   // patch embeddings; run_blocks runs blocks [begin, end); finish merges (and restores the order).
@@ -173,7 +180,7 @@ class Qwen2VisionTransformer : public mm::nn::Module {
     mm::nn::ForwardContext ctx;
     at::Tensor frame_cu, window_cu, unit_order;
   };
-  Run prepare(const at::Tensor& pixel_values, const at::Tensor& grid_thw, bool embed = true) const;
+  Run prepare(const at::Tensor& pixel_values, const at::Tensor& grid_thw, bool embed = true, bool cut = false) const;
   at::Tensor run_blocks(Run& run, at::Tensor h, int64_t begin, int64_t end);
   at::Tensor finish(const Run& run, const at::Tensor& h) const;
   // The 2-D rotary angles [N, head_dim / 2] (row angles, then column angles) of the patches.
