@@ -21,6 +21,16 @@ struct MemoryQuery {
   // Context parallelism's degrees (Ulysses x ring): the batch is this rank's shard already; the
   // attention modules it takes over save their own tensors.
   int64_t cp_ulysses = 1, cp_ring = 1;
+  // A model that cuts its sequence inside (PlanTable::context_parallel_blocks) sees the whole
+  // batch: its blocks between the cut and the gather hold a rank's share (cp_share), the rest the
+  // whole sequence.
+  bool cp_inside = false;
+  int64_t cp_size() const { return cp_ulysses * cp_ring; }
+  // A rank's share of L tokens cut by a layout of these degrees (padded to its multiple).
+  static int64_t cp_share(int64_t L, int64_t ulysses, int64_t ring) {
+    const int64_t m = ring > 1 ? 2 * ring * ulysses : ulysses;
+    return (L + m - 1) / m * m / (ulysses * ring);
+  }
   // Whether this rank runs a block (pipeline stages hold some; null: every block), and whether it
   // runs the model's first piece (embeddings, vision tower) and its last (the loss head).
   std::function<bool(const std::string& block)> runs;

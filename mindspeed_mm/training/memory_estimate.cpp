@@ -225,10 +225,12 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
   const bool zero1 = pc.distributed_optimizer && ddp;
   // Context parallel: a rank's share of each batch (a text model's token fields are cut before it).
   parallel::CpLayout cp_layout;
-  if (mesh.cp > 1) {
-    if (!plans.context_parallel_blocks.empty())
-      throw ConfigError(cat("mm memory: context parallelism of model ", cfg.model.id,
-                            " (its sequence cut inside the model) is not estimated yet"));
+  const bool cp_inside = mesh.cp > 1 && !plans.context_parallel_blocks.empty();
+  if (cp_inside) {
+    // A model that cuts inside holds the whole batch (its pixel rows cut, a small share of it).
+    cp_layout = resolve_cp_layout(pc);
+    out.batch += cat(" (its sequence cut over ", mesh.cp, " context-parallel ranks inside the model)");
+  } else if (mesh.cp > 1) {
     cp_layout = resolve_cp_layout(pc);
     const int64_t whole = batch_bytes(batch);
     batch = shard_for_rank(batch, cp_layout, 0, pc.sequence_parallel ? mesh.tp : 1);
@@ -283,6 +285,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     q.loss_chunk = tc.loss_chunk_size;
     q.cp_ulysses = cp_layout.ulysses;
     q.cp_ring = cp_layout.ring;
+    q.cp_inside = cp_inside;
     if (pipe) {
       std::vector<std::string> held;
       for (int c = 0; c < pipe->num_chunks(); ++c) {

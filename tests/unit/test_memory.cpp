@@ -116,6 +116,8 @@ TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheParallelLayouts) {
       {"vl fsdp 2", vl, 2, vl_wide + "parallel.data_parallel_shard_size=2"},
       {"vl tp 2", vl, 2, vl_wide + "model.config.vocab_size=264 parallel.tensor_parallel_size=2"},
       {"vl pp 2 (4 micro-batches)", vl, 2, vl_wide + pp2},
+      {"vl cp 2 (Ulysses, cut inside)", vl, 2, vl_wide + "parallel.context_parallel_size=2"},
+      {"vl cp 2 (ring, cut inside)", vl, 2, vl_wide + "parallel.context_parallel_size=2 parallel.context_parallel_algo=ring"},
   };
   for (const auto& l : layouts) compare(l.name, l.cfg, l.ranks, l.overrides, dir);
 }
@@ -165,6 +167,8 @@ TEST(Memory, EstimateWithin15PercentOfMeasuredOnDiTLayouts) {
   compare("dit tp 2", cfg, 2, common + "parallel.tensor_parallel_size=2", dir);
   compare("dit pp 2 (4 micro-batches)", cfg, 2, common + "parallel.pipeline_parallel_size=2 training.gradient_accumulation_steps=4", dir);
   compare("dit recompute", cfg, 1, common + "'features.recompute=[blocks.{*}]'", dir);
+  compare("dit cp 2 (Ulysses, cut inside)", cfg, 2, common + "parallel.context_parallel_size=2", dir);
+  compare("dit cp 2 (ring, cut inside)", cfg, 2, common + "parallel.context_parallel_size=2 parallel.context_parallel_algo=ring", dir);
 }
 
 TEST(Memory, FullSizeConfigsSizeWithoutTheirData) {

@@ -27,6 +27,8 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
                                         const MemoryQuery& q, const std::string& prefix) const {
   const Qwen2Config& c = config;
   const int64_t N = B * S, t = std::max<int64_t>(1, q.tp), f = 4;
+  // Cut inside the model: the layers run on this rank's share of the tokens (L), the rest whole.
+  const int64_t L = q.cp_inside ? B * MemoryQuery::cp_share(S, q.cp_ulysses, q.cp_ring) : N;
   const int64_t H = c.hidden_size, D = c.head_dim(), heads = c.num_attention_heads / t;
   const int64_t Q = heads * D, I = c.intermediate_size / t;
   const int64_t sp = q.sequence_parallel ? t : 1;  // norms and residuals on sequence shards
@@ -35,8 +37,9 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
     e.notes.emplace_back("embeddings", N / sp * H * f);
   }
   // Every stage computes the rotary tables; packed rows' masks (bool, then SDPA's float copy).
-  e.before += N * 2 * D * f;
-  e.notes.emplace_back("rotary tables", N * 2 * D * f);
+  const int64_t tables = (N + (L < N ? L : 0)) * 2 * D * f;  // and their cut copies
+  e.before += tables;
+  e.notes.emplace_back("rotary tables", tables);
   if (segment_mask) {
     e.before += B * S * S;
     e.notes.emplace_back("packed-row masks", B * S * S);
@@ -44,17 +47,22 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
   // Context parallel (the batch is this rank's shard): Ulysses keeps its attention's output over
   // the whole sequence's tokens for its share of the heads too (N x Q again), and without a ring,
   // off CUDA, one mask of the whole sequence's samples for every layer; the ring saves what SDPA would.
+  // Cut inside, the samples come from the batch's mask or padding: counted whenever Ulysses runs alone.
   const bool ulysses = q.cp_ulysses > 1;
-  if (ulysses && q.cp_ring == 1 && segment_mask) {
-    const int64_t whole = S * q.cp_ulysses;
+  if (ulysses && q.cp_ring == 1 && (segment_mask || q.cp_inside)) {
+    const int64_t whole = (q.cp_inside ? L / B : S) * q.cp_ulysses;
     e.before += B * whole * whole;
     e.notes.emplace_back("Ulysses' whole-sequence mask", B * whole * whole);
   }
   // Sequence parallel: the column-parallel projections save their all-gathered (whole) inputs.
-  const int64_t layer = N * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I + (ulysses ? Q : 0)) * f;
+  const int64_t layer = L * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I + (ulysses ? Q : 0)) * f;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string path = prefix + "model.layers." + std::to_string(i);
-    if (q.runs_block(path)) e.blocks.push_back({path, layer, N / sp * H * f, N * (3 * I + H / sp) * f});
+    if (q.runs_block(path)) e.blocks.push_back({path, layer, L / sp * H * f, L * (3 * I + H / sp) * f});
+  }
+  if (q.last_stage && L < N) {  // every rank's tokens gathered after the last layer
+    e.after += N * H * f;
+    e.notes.emplace_back("the gathered sequence", N * H * f);
   }
   if (q.last_stage) {
     const int64_t V = q.vocab_parallel ? c.vocab_size / t : c.vocab_size;

@@ -27,6 +27,16 @@ std::optional<ActivationEstimate> Qwen2VLForConditionalGeneration::estimate_acti
   ActivationEstimate e;
   if (patches > 0) {
     const int64_t E = v.embed_dim, heads = v.num_heads / t, unit = v.spatial_merge_size * v.spatial_merge_size;
+    // Context parallel: the tower's blocks run on this rank's share of the patches (the layout's,
+    // or a ring where the heads do not split over its Ulysses degree), embedded from its pixel
+    // rows alone; the rotary tables are made whole and cut, the blocks' output gathered whole.
+    int64_t uv = q.cp_ulysses, rv = q.cp_ring;
+    if (uv > 1 && heads % uv != 0) {
+      uv = 1;
+      rv = q.cp_size();
+    }
+    const bool cut = q.cp_inside && q.cp_size() > 1;
+    const int64_t mine = cut ? MemoryQuery::cp_share(patches, uv, rv) : patches;
     int64_t block = 0;
     if (v.qwen2_5) {
       block = 2 * E + 6 * E / t + heads + E + 2 * E + 4 * v.intermediate_size / t + E;
@@ -35,13 +45,23 @@ std::optional<ActivationEstimate> Qwen2VLForConditionalGeneration::estimate_acti
       block = (E + 2) + 6 * E / t + heads + E + (E + 2) + mlp + E;
     }
     if (q.first_stage) {
-      const int64_t tower = patches * (E * (v.qwen2_5 ? 2 : 1) + 2 * v.head_dim()) * f;
+      const int64_t tower = (mine * E * (v.qwen2_5 && !cut ? 2 : 1) + (patches + (cut ? mine : 0)) * 2 * v.head_dim()) * f;
       e.before += tower;
       e.notes.emplace_back("vision tower's embeddings and rotary tables", tower);
+      if (cut && uv > 1 && rv == 1) {  // Ulysses off CUDA: a mask of the whole padded tower sequence per segment layout
+        const int64_t whole = mine * uv, masks = (v.qwen2_5 ? 2 : 1) * whole * whole;
+        e.before += masks;
+        e.notes.emplace_back("Ulysses' whole-sequence masks (vision)", masks);
+      }
     }
+    if (uv > 1 && cut) block += E / t;  // Ulysses: the attention output over every patch, this rank's heads
     for (int64_t i = 0; i < v.depth; ++i) {
       const std::string path = "visual.blocks." + std::to_string(i);
-      if (q.runs_block(path)) e.blocks.push_back({path, patches * block * f, patches * E * f, 0});
+      if (q.runs_block(path)) e.blocks.push_back({path, mine * block * f, mine * E * f, 0});
+    }
+    if (q.first_stage && cut) {
+      e.before += patches * E * f;
+      e.notes.emplace_back("the tower's gathered patches", patches * E * f);
     }
     if (q.first_stage) {
       const int64_t merger = patches / unit * (unit * (v.qwen2_5 ? 2 * E : E + 2) + 2 * unit * E / t) * f;

@@ -34,13 +34,28 @@ std::optional<ActivationEstimate> WanTransformer3DModel::estimate_activations(co
     e.before += embed;
     e.notes.emplace_back("patch and text embeddings", embed);
   }
-  const int64_t block = (tokens * ((2 * d + 2) * 2 + 8 * d / t + heads + 2 * d + (d + 2) + 4 * d / t + heads + d +
-                                   2 * F + 2 * d) +
+  // Context parallel: the blocks run on this rank's share of the patches (Ulysses keeps its
+  // attention's output over all of them for its heads, and off CUDA a mask of the whole padded
+  // sequence when padding was added), gathered whole after the last.
+  const bool cut = q.cp_inside && q.cp_size() > 1;
+  const int64_t per_row = tokens / B, mine = cut ? B * MemoryQuery::cp_share(per_row, q.cp_ulysses, q.cp_ring) : tokens;
+  const bool ulysses = cut && q.cp_ulysses > 1;
+  if (ulysses && q.cp_ring == 1 && mine * q.cp_size() != tokens) {
+    const int64_t whole = mine / B * q.cp_ulysses;
+    e.before += B * whole * whole;
+    e.notes.emplace_back("Ulysses' whole-sequence mask", B * whole * whole);
+  }
+  const int64_t block = (mine * ((2 * d + 2) * 2 + 8 * d / t + heads + 2 * d + (d + 2) + 4 * d / t + heads + d +
+                                 2 * F + 2 * d + (ulysses ? d / t : 0)) +
                          text_tokens * 4 * d / t) *
                         f;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     const std::string path = "blocks." + std::to_string(i);
-    if (q.runs_block(path)) e.blocks.push_back({path, block, tokens * d * f, tokens * (2 * F + 2 * d) * f});
+    if (q.runs_block(path)) e.blocks.push_back({path, block, mine * d * f, mine * (2 * F + 2 * d) * f});
+  }
+  if (q.last_stage && cut) {
+    e.after += tokens * d * f;
+    e.notes.emplace_back("the gathered sequence", tokens * d * f);
   }
   if (q.last_stage) {
     const int64_t head = tokens * (2 * d + 2) * f + 3 * latent * f;
