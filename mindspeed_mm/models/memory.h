@@ -43,9 +43,17 @@ struct ActivationEstimate {
   // input). Recomputed, a block keeps only its output, and backward rebuilds the rest one block at
   // a time.
   // backward_work: the gradients alive at once inside its backward (the MLP's, widest), on top.
+  // parts: submodules that selective recompute may name (features.recompute: "<path>.<name>"),
+  // with the bytes they save of their own (their input, kept when they are recomputed, is counted
+  // by what made it).
+  struct Part {
+    std::string name;
+    int64_t saved = 0;
+  };
   struct Block {
     std::string path;
     int64_t saved = 0, output = 0, backward_work = 0;
+    std::vector<Part> parts;
   };
   std::vector<Block> blocks;  // those this rank runs, in forward order
   int64_t before = 0;         // outside the blocks, before them: embeddings, rotary tables, masks

@@ -313,8 +313,15 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     int64_t one = est->before + est->after, rebuilt = 0, work = 0;
     for (const auto& b : est->blocks) {
       const bool again = matches_any(recompute, b.path);
-      one += again ? b.output : b.saved;
+      int64_t kept = again ? b.output : b.saved;
       rebuilt = again ? b.saved - b.output : 0;
+      if (!again)  // selective: a recomputed part keeps only its input
+        for (const auto& p : b.parts)
+          if (matches_any(recompute, b.path + "." + p.name)) {
+            kept -= p.saved;
+            rebuilt = std::max(rebuilt, p.saved);
+          }
+      one += kept;
       work = b.backward_work;
     }
     r.terms = est->notes;

@@ -201,8 +201,8 @@ TEST(Memory, FullSizeConfigsSizeWithoutTheirData) {
 }
 
 // Selective recompute (features.recompute naming an attention or an MLP): the same losses as
-// without (recompute re-runs the same kernels), and the step's measured peak between none and
-// whole layers. Offload on the CPU is a one-line error.
+// without (recompute re-runs the same kernels), `mm memory` within 15% of each, and the step's
+// measured peak between none and whole layers. Offload on the CPU is a one-line error.
 TEST(Memory, SelectiveRecomputeKeepsLossesAndLowersThePeak) {
   const std::string dir = mm::test::fresh_dir("memory_selective");
   const std::string text = mm::test::text_config(dir);
@@ -221,7 +221,14 @@ TEST(Memory, SelectiveRecomputeKeepsLossesAndLowersThePeak) {
       const json j = json::parse(line);
       if (j.contains("peak_tensor_bytes_per_rank")) peak = j["peak_tensor_bytes_per_rank"][0].get<double>();
     }
-    std::printf("%-28s peak %.2f MiB\n", name.c_str(), peak / 1048576.0);
+    // mm memory counts the parts a plan recomputes.
+    const std::string est_path = dir + "/" + slug + ".estimate.json";
+    auto e = run_command(mm + " memory " + text + wide + plan + " --json " + est_path);
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+    const double estimated = e.exit_code == 0 ? json::parse(read_file(est_path))["ranks"][0]["peak"].get<double>() : 0;
+    std::printf("%-28s peak %.2f MiB, estimated %.2f MiB (%+.1f%%)\n", name.c_str(), peak / 1048576.0,
+                estimated / 1048576.0, 100.0 * (estimated - peak) / peak);
+    EXPECT_NEAR(estimated, peak, 0.15 * peak) << name << "\n" << e.output;
     return std::make_pair(mm::test::metrics_losses(metrics), peak);
   };
   const auto none = run("no recompute", "");

@@ -58,7 +58,10 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
   const int64_t layer = L * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I + (ulysses ? Q : 0)) * f;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string path = prefix + "model.layers." + std::to_string(i);
-    if (q.runs_block(path)) e.blocks.push_back({path, layer, L / sp * H * f, L * (3 * I + H / sp) * f});
+    // Selective recompute: the attention's q, k, v, output and log-sum-exp; the MLP's four.
+    if (q.runs_block(path))
+      e.blocks.push_back({path, layer, L / sp * H * f, L * (3 * I + H / sp) * f,
+                          {{"self_attn", L * (4 * Q + heads + (ulysses ? Q : 0)) * f}, {"mlp", L * 4 * I * f}}});
   }
   if (q.last_stage && L < N) {  // every rank's tokens gathered after the last layer
     e.after += N * H * f;
