@@ -58,6 +58,9 @@ struct PlanTable {
   // cut on entering the first, gathered after the last ("model.layers.{*}"). Empty: the batch's
   // token fields are cut before the model sees them (a text model).
   std::vector<std::string> context_parallel_blocks;
+  // The (rows, length) of the sequence those blocks take, from a batch: a pipeline's later
+  // stages, which never see it cut, prepare the cut from it. Unset: no pipeline with CP.
+  std::function<std::pair<int64_t, int64_t>(const data::Batch&)> context_parallel_length;
   // Encoders whose own sequence is cut among the cp ranks too (a vision tower's patches, one
   // image batch's worth per call): their attention modules and the blocks cut on entering the
   // first and gathered after the last, as above. The blocks take [N, hidden] (one unbatched

@@ -93,7 +93,9 @@ int64_t ContextParallel::install_core(mm::nn::Module& model, const std::vector<s
 }
 
 int64_t ContextParallel::apply(mm::nn::Module& model, const std::vector<std::string>& patterns,
-                               const std::vector<std::string>& blocks) {
+                               const std::vector<std::string>& blocks,
+                               std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length) {
+  length_ = std::move(length);
   const int64_t n = install_core(model, patterns);
   if (!blocks.empty()) install_cut(model, blocks);
   return n;
@@ -286,6 +288,37 @@ void ContextParallel::use_bounds(const at::Tensor& cu, at::Device device) {
 void ContextParallel::begin(const data::Batch& batch) {
   if (!cuts_in_model_) return set_sequence(batch.require_tensor(kCpSegmentIds), batch.require_tensor(data::kInputIds).device());
   batch_segments_ = token_samples(batch);
+  prepared_ = {0, 0};
+  if (!length_) return;
+  const auto [B, L] = length_(batch);
+  at::Device device = at::kCPU;
+  for (const auto& f : batch.fields())
+    if (f.tensor.defined() && !f.host) {
+      device = f.tensor.device();
+      break;
+    }
+  prepare_cut(B, L, device);
+  prepared_ = {B, L};
+}
+
+void ContextParallel::prepare_cut(int64_t B, int64_t L, at::Device device) {
+  const int64_t m = multiple_, padded = (L + m - 1) / m * m;
+  real_len_ = L;
+  at::Tensor seg = batch_segments_.defined() && batch_segments_.size(1) == L
+                       ? batch_segments_.to(device)
+                       : at::zeros({B, L}, at::TensorOptions().dtype(at::kLong).device(device));
+  if (padded > L) seg = at::constant_pad_nd(seg, {0, padded - L}, -1.0);
+  by_bounds_.clear();
+  if (encoder_) seq_len_ = padded;  // each block names its segments (use_bounds)
+  else set_sequence(seg, device);
+  index_ = at::tensor(layout_.token_indices(padded, rank_), at::kLong).to(device);
+  std::vector<int64_t> order;  // every rank's tokens in gather order
+  for (int r = 0; r < layout_.size(); ++r) {
+    auto t = layout_.token_indices(padded, r);
+    order.insert(order.end(), t.begin(), t.end());
+  }
+  inverse_ = at::argsort(at::tensor(order, at::kLong)).to(device);
+  cut_tables_.clear();
 }
 
 at::Tensor ContextParallel::enter(const at::Tensor& x, int64_t L) {
@@ -294,22 +327,8 @@ at::Tensor ContextParallel::enter(const at::Tensor& x, int64_t L) {
   const bool cut = x.size(1) != L;  // by shard_inputs
   MM_CHECK(!cut || x.size(1) == padded / layout_.size(), "context parallel: ", x.size(1), " rows enter a stretch of ", L,
            " tokens cut over ", layout_.size(), " ranks (", padded / layout_.size(), " expected)");
-  real_len_ = L;
-  at::Tensor seg = batch_segments_.defined() && batch_segments_.size(1) == L
-                       ? batch_segments_.to(x.device())
-                       : at::zeros({B, L}, x.options().dtype(at::kLong));
-  if (padded > L) seg = at::constant_pad_nd(seg, {0, padded - L}, -1.0);
-  by_bounds_.clear();
-  if (encoder_) seq_len_ = padded;  // each block names its segments (use_bounds)
-  else set_sequence(seg, x.device());
-  index_ = at::tensor(layout_.token_indices(padded, rank_), at::kLong).to(x.device());
-  std::vector<int64_t> order;  // every rank's tokens in gather order
-  for (int r = 0; r < layout_.size(); ++r) {
-    auto t = layout_.token_indices(padded, r);
-    order.insert(order.end(), t.begin(), t.end());
-  }
-  inverse_ = at::argsort(at::tensor(order, at::kLong)).to(x.device());
-  cut_tables_.clear();
+  if (prepared_ != std::make_pair(B, L)) prepare_cut(B, L, x.device());
+  prepared_ = {0, 0};
   std::vector<int64_t> pad(2 * static_cast<size_t>(x.dim() - 2), 0);  // the dims after the sequence
   pad.push_back(0);
   pad.push_back(padded - L);

@@ -53,7 +53,9 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // the wrappers that cut the hidden states on entering the first of them and gather them after
   // the last. Returns how many attention modules. ConfigError when a pattern matches nothing, a
   // module cannot take a core, or the heads do not split over the Ulysses degree.
-  int64_t apply(mm::nn::Module& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks);
+  // length: PlanTable::context_parallel_length (for a pipeline's later stages; may be unset).
+  int64_t apply(mm::nn::Module& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks,
+                std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length = {});
   // The same for an encoder's stretch (models::PlanTable::CpStretch): its blocks take one
   // unbatched sequence [N, hidden] and name their segments by ForwardContext::cu_seqlens. Each
   // call of the encoder (an image batch, then a video batch) is cut and gathered on its own.
@@ -76,7 +78,8 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // inside, shards_batches() false).
   data::Batch shard(const data::Batch& host) const;
   // Before a forward (the batch on the device): a shard's kCpSegmentIds, or for a model that cuts
-  // inside, the samples of its token fields (segment_ids, attention_mask) if it has them.
+  // inside, the samples of its token fields (segment_ids, attention_mask) if it has them, and
+  // the cut of its sequence when the plan says how long it is (a pipeline stage after the cut).
   void begin(const data::Batch& batch);
 
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
@@ -108,6 +111,9 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // tables cut to them (by the whole table they came from).
   at::Tensor batch_segments_, index_, inverse_;
   int64_t real_len_ = 0;
+  std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length_;
+  std::pair<int64_t, int64_t> prepared_{0, 0};  // (rows, length) begin() prepared the cut for
+  void prepare_cut(int64_t B, int64_t L, at::Device device);
   std::vector<std::pair<const void*, at::Tensor>> cut_tables_;
 
   // The sequence's samples [B, padded length] (padding -1) -> seq_, seq_len_.

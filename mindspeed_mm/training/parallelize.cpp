@@ -3,6 +3,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <optional>
+#include <set>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
 #include "mindspeed_mm/core/errors.h"
@@ -50,9 +51,27 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
       throw ConfigError(cat("config: parallel.context_parallel_size ", mesh.cp, ": model ", cfg.model.id,
                             " has no context-parallel plan (PlanTable::context_parallel)"));
     resolve_cp_layout(cfg.parallel);
-    if (mesh.pp > 1 && !plans.context_parallel_blocks.empty())
+    if (mesh.pp > 1 && !plans.context_parallel_blocks.empty() && !plans.context_parallel_length)
       throw ConfigError(cat("config: parallel.context_parallel_size > 1 with pipeline parallelism is not built yet for ",
-                            cfg.model.id, " (it cuts its sequence inside the model; text models cut the batch and take both)"));
+                            cfg.model.id, " (it cuts its sequence inside the model without saying how long it is)"));
+    if (mesh.pp > 1 && !plans.context_parallel_encoders.empty()) {
+      // An encoder's stretch is cut and gathered by one process: all of its blocks on one stage.
+      const PipelineLayout pipe = make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp,
+                                                       resolve_virtual_pipeline_size(model, cfg.parallel));
+      for (const auto& stretch : plans.context_parallel_encoders) {
+        std::set<int> stages;
+        for_each_matching_module(model, stretch.blocks, "context-parallel blocks", [&](const std::string& path, mm::nn::Module& m) {
+          const auto params = m.named_parameters();
+          if (params.empty()) return;
+          for (int s = 0; s < mesh.pp; ++s)
+            if (pipe.held_by(path + "." + params.front().first, s)) stages.insert(s);
+        });
+        if (stages.size() > 1)
+          throw ConfigError(cat("config: parallel.context_parallel_size > 1 cuts ", stretch.blocks.front(),
+                                " among the cp ranks, but the pipeline spreads those blocks over ", stages.size(),
+                                " stages; keep them on one (parallel.pipeline_num_layers)"));
+      }
+    }
     if (cfg.training.loss_normalization == "per_sample" && plans.context_parallel_blocks.empty())
       throw ConfigError("config: training.loss_normalization: per_sample with parallel.context_parallel_size > 1 is not built "
                         "yet (a sample's tokens are spread over the cp ranks); use per_token");
@@ -118,7 +137,7 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   if (mesh.cp_size() > 1) {
     const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
     cp = std::make_shared<ContextParallel>(layout, mesh.cp(), cfg.parallel.sequence_parallel ? mesh.tp_size() : 1);
-    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks);
+    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks, plans.context_parallel_length);
     log::info("plan: context parallel over ", mesh.cp_size(), " ranks (",
               layout.ring == 1 ? "Ulysses" : layout.ulysses == 1 ? "ring, zigzag" : cat("hybrid: Ulysses ", layout.ulysses,
                                                                                           " x ring ", layout.ring),

@@ -4,7 +4,7 @@
 // hybrid 2 x 2, CP2 with TP2, with FSDP2 and with PP2, and CP with the chunked loss: on Qwen2 trained on
 // packed rows of samples of unequal lengths (padded to the layout's multiple), on Qwen2 on plain
 // text rows, and on the tiny Qwen2-VL (the merged tokens cut inside the model: Ulysses 2, ring 3,
-// hybrid 2x2, CP2 x TP2, CP2 x FSDP2; the vision tower's patches cut too, by the same layout or by
+// hybrid 2x2, CP2 x TP2, CP2 x FSDP2, CP2 x PP2; the vision tower's patches cut too, by the same layout or by
 // a ring where its heads do not split, each rank handed only its pixel rows) and Qwen2.5-VL
 // (window order). A killed run resumes bitwise. Bad layouts are one-line
 // errors before training.
@@ -111,6 +111,8 @@ TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
       {4, "hybrid 2x2", kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2" + common},
       {4, "Ulysses 2 x TP2", kCp2 + "parallel.tensor_parallel_size=2" + common},
       {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264"},
+      {4, "Ulysses 2 x PP2 (the vision tower on stage 0)", kCp2 + "parallel.pipeline_parallel_size=2 "
+                                                         "'parallel.pipeline_num_layers={vision: [2, 0], text: [0, 2]}'" + common},
   };
   const TrainRun one = train(cfg, 1, dir + "/one.jsonl", common + " training.export_dir=" + dir + "/one_hf");
   for (const Layout& l : layouts) {
@@ -121,7 +123,7 @@ TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
     EXPECT_NE(run.output.find("cut inside the model"), std::string::npos) << run.output;
     // The vision tower's patches too: by the layout where its 2 heads (1 under TP2) split, else a ring.
     const char* vision[] = {"2 ranks too (Ulysses)", "3 ranks too (ring)", "4 ranks too (hybrid)",
-                            "2 ranks too (ring: Ulysses over 2", "2 ranks too (ring)"};
+                            "2 ranks too (ring: Ulysses over 2", "2 ranks too (ring)", "2 ranks too (Ulysses)"};
     EXPECT_NE(run.output.find(std::string("visual.blocks.{*} cut over the ") + vision[&l - layouts]), std::string::npos)
         << run.output;
   }
@@ -172,8 +174,9 @@ TEST(ContextParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
        "needs parallel.ulysses_degree_in_cp between 2"},
       {2, kCp2 + "parallel.ulysses_degree_in_cp=2", "ulysses_degree_in_cp applies to context_parallel_algo: hybrid"},
       {2, kCp2 + "training.loss_normalization=per_sample", "per_sample with parallel.context_parallel_size > 1"},
-      {4, kCp2 + "parallel.pipeline_parallel_size=2 model.config.vocab_size=264",
-       "context_parallel_size > 1 with pipeline parallelism is not built yet for qwen2_vl", vl},
+      {4, kCp2 + "parallel.pipeline_parallel_size=2 model.config.vocab_size=264 "
+                 "'parallel.pipeline_num_layers={vision: [1, 1], text: [0, 2]}'",
+       "the pipeline spreads those blocks over 2 stages", vl},
   };
   for (const Case& c : bad) {
     auto r = run_command(mm_launch(c.ranks) + mm_binary() + " train " + (c.config.empty() ? cfg : c.config) + " " + c.overrides);

@@ -315,7 +315,7 @@ TEST(FlowMatchingTrain, TensorAndPipelineParallelEqualOneProcess) {
 // The DiT under context parallelism: the patches cut among the ranks between the first and the
 // last block (padded to the layout's multiple, the padding a sample of its own that no real
 // patch attends to), the self-attention over all of them by Ulysses, a ring (3 ranks: 8 patches
-// padded to 12), both, and with FSDP or tensor parallelism beside; the cross-attention's text
+// padded to 12), both, and with FSDP, tensor or pipeline parallelism beside; the cross-attention's text
 // whole on every rank. The same losses as one process over 20 steps.
 TEST(FlowMatchingTrain, ContextParallelEqualsOneProcess) {
   const std::string dir = mm::test::fresh_dir("flow_cp");
@@ -333,6 +333,7 @@ TEST(FlowMatchingTrain, ContextParallelEqualsOneProcess) {
       {"Hybrid2x2", 4, "parallel.context_parallel_size=4 parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2"},
       {"Ulysses2xFSDP2", 4, "parallel.context_parallel_size=2 training.micro_batch_size=2"},
       {"Ring2xTP2", 4, "parallel.context_parallel_size=2 parallel.context_parallel_algo=ring parallel.tensor_parallel_size=2"},
+      {"Ulysses2xPP2", 4, "parallel.context_parallel_size=2 parallel.pipeline_parallel_size=2"},
   };
   for (const auto& [name, ranks, overrides] : layouts) {
     const std::string metrics = dir + "/" + name + ".jsonl";

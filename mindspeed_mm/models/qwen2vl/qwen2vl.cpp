@@ -111,6 +111,10 @@ PlanTable Qwen2VLForConditionalGeneration::plans() const {
   t.tensor_parallel.insert(t.tensor_parallel.begin(), vision.begin(), vision.end());
   // The merged text and vision tokens are cut among the context-parallel ranks inside the model.
   t.context_parallel_blocks = {"model.layers.{*}"};
+  t.context_parallel_length = [](const data::Batch& b) {
+    const at::Tensor& ids = b.require(data::kInputIds);
+    return std::make_pair(ids.size(0), ids.size(1));
+  };
   // And the vision tower's patches among them again, each frame or window attended whole; each
   // rank is handed only its pixel rows, in the blocks' (Qwen2.5-VL: window) order.
   PlanTable::CpStretch tower;
@@ -234,7 +238,7 @@ void Qwen2VLForConditionalGeneration::pipeline_forward(size_t submodule, int64_t
   const MultimodalInputs in = multimodal_inputs(batch, /*attention=*/false);
   auto piece = [&](const at::Tensor& pixels, const at::Tensor& grid, const std::string& kind) {
     if (!pixels.defined()) return;
-    Qwen2VisionTransformer::Run run = visual->prepare(pixels, grid, begin == 0);
+    Qwen2VisionTransformer::Run run = visual->prepare(pixels, grid, begin == 0, in.pixels_cut);
     at::Tensor h = begin == 0 ? run.h : carry.require_tensor(kind + "_hidden");
     h = visual->run_blocks(run, h, begin, end);
     carry.set(kind + "_hidden", at::Tensor());

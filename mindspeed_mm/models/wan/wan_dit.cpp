@@ -336,6 +336,10 @@ PlanTable WanTransformer3DModel::plans() const {
   // self-attention reaches the others' (the cross-attention's text is whole on every rank).
   t.context_parallel = {"blocks.{*}.attn1"};
   t.context_parallel_blocks = {"blocks.{*}"};
+  t.context_parallel_length = [p = config.patch_size](const data::Batch& b) {
+    const at::Tensor& x = b.has(data::kNoisyLatents) ? b[data::kNoisyLatents] : b.require(data::kLatents);
+    return std::make_pair(x.size(0), (x.size(2) / p[0]) * (x.size(3) / p[1]) * (x.size(4) / p[2]));
+  };
   return t;
 }
 
