@@ -19,6 +19,7 @@ namespace {
 struct Layout {
   int ranks;
   std::string name, overrides;
+  std::string expect = "plan: context parallel over";  // in the run's output
 };
 
 // Text-only conversations of 3 to 33 words, packed 2 to a row: rows of unequal lengths, each
@@ -50,15 +51,16 @@ std::string packed_text_config(const std::string& dir) {
   return dir + "/packed.yaml";
 }
 
+// One process (with `common` overrides) against each layout: losses, final weights, the plan's line.
 void check_layouts(const std::string& dir, const std::string& cfg, const std::string& what, const Layout* begin,
-                   const Layout* end, double weight_tol) {
-  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", "training.export_dir=" + dir + "/one_hf");
+                   const Layout* end, double weight_tol, const std::string& common = "") {
+  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", common + " training.export_dir=" + dir + "/one_hf");
   for (const Layout* l = begin; l != end; ++l) {
     const std::string hf = dir + "/hf_" + std::to_string(l - begin);
     const TrainRun run = train(cfg, l->ranks, dir + "/run.jsonl", l->overrides + " training.export_dir=" + hf);
     expect_same_run(one, run, what + ", " + l->name);
     expect_same_weights(dir + "/one_hf", hf, weight_tol, what + ", " + l->name);
-    EXPECT_NE(run.output.find("plan: context parallel over"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(l->expect), std::string::npos) << l->expect << "\n" << run.output;
   }
 }
 
@@ -105,28 +107,22 @@ TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
   const std::string dir = fresh_dir("cp_train_vl");
   const std::string cfg = vl_config(dir, 48);
   const std::string common = " training.micro_batch_size=4 model.config.vocab_size=264";
+  // The merged tokens cut inside the model, and the vision tower's patches too: by the layout
+  // where its 2 heads (1 under TP2) split, else by a ring.
+  const std::string tower = "visual.blocks.{*} cut over the ";
   const Layout layouts[] = {
-      {2, "Ulysses 2", kCp2 + common},
-      {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common},
-      {4, "hybrid 2x2", kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2" + common},
-      {4, "Ulysses 2 x TP2", kCp2 + "parallel.tensor_parallel_size=2" + common},
-      {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264"},
-      {4, "Ulysses 2 x PP2 (the vision tower on stage 0)", kCp2 + "parallel.pipeline_parallel_size=2 "
-                                                         "'parallel.pipeline_num_layers={vision: [2, 0], text: [0, 2]}'" + common},
+      {2, "Ulysses 2", kCp2 + common, tower + "2 ranks too (Ulysses)"},
+      {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common, tower + "3 ranks too (ring)"},
+      {4, "hybrid 2x2", kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2" + common,
+       tower + "4 ranks too (hybrid)"},
+      {4, "Ulysses 2 x TP2", kCp2 + "parallel.tensor_parallel_size=2" + common, tower + "2 ranks too (ring: Ulysses over 2"},
+      {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264",
+       tower + "2 ranks too (ring)"},
+      {4, "Ulysses 2 x PP2 (the vision tower on stage 0)",
+       kCp2 + "parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={vision: [2, 0], text: [0, 2]}'" + common,
+       tower + "2 ranks too (Ulysses)"},
   };
-  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", common + " training.export_dir=" + dir + "/one_hf");
-  for (const Layout& l : layouts) {
-    const std::string hf = dir + "/hf_" + std::to_string(&l - layouts);
-    const TrainRun run = train(cfg, l.ranks, dir + "/run.jsonl", l.overrides + " training.export_dir=" + hf);
-    expect_same_run(one, run, "qwen2-vl, " + l.name);
-    expect_same_weights(dir + "/one_hf", hf, 5e-4, "qwen2-vl, " + l.name);
-    EXPECT_NE(run.output.find("cut inside the model"), std::string::npos) << run.output;
-    // The vision tower's patches too: by the layout where its 2 heads (1 under TP2) split, else a ring.
-    const char* vision[] = {"2 ranks too (Ulysses)", "3 ranks too (ring)", "4 ranks too (hybrid)",
-                            "2 ranks too (ring: Ulysses over 2", "2 ranks too (ring)", "2 ranks too (Ulysses)"};
-    EXPECT_NE(run.output.find(std::string("visual.blocks.{*} cut over the ") + vision[&l - layouts]), std::string::npos)
-        << run.output;
-  }
+  check_layouts(dir, cfg, "qwen2-vl", std::begin(layouts), std::end(layouts), 5e-4, common);
 }
 
 // Qwen2.5-VL: the vision tower's window order (windows of one merged unit, one block over whole
@@ -147,18 +143,11 @@ TEST(ContextParallelTrain, Qwen2_5VlEqualsOneProcess) {
   write_file(cfg, yaml);
   const std::string common = " training.micro_batch_size=4 model.config.vocab_size=264";
   const Layout layouts[] = {
-      {2, "Ulysses 2", kCp2 + common},
-      {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common},
+      {2, "Ulysses 2", kCp2 + common, "visual.blocks.{*} cut over the 2 ranks too (Ulysses)"},
+      {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common,
+       "visual.blocks.{*} cut over the 3 ranks too (ring)"},
   };
-  const TrainRun one = train(cfg, 1, dir + "/one.jsonl", common + " training.export_dir=" + dir + "/one_hf");
-  for (const Layout& l : layouts) {
-    const std::string hf = dir + "/hf_" + std::to_string(&l - layouts);
-    const TrainRun run = train(cfg, l.ranks, dir + "/run.jsonl", l.overrides + " training.export_dir=" + hf);
-    expect_same_run(one, run, "qwen2.5-vl, " + l.name);
-    expect_same_weights(dir + "/one_hf", hf, 5e-4, "qwen2.5-vl, " + l.name);
-    EXPECT_NE(run.output.find("visual.blocks.{*} cut over the " + std::to_string(l.ranks) + " ranks too"), std::string::npos)
-        << run.output;
-  }
+  check_layouts(dir, cfg, "qwen2.5-vl", std::begin(layouts), std::end(layouts), 5e-4, common);
 }
 
 TEST(ContextParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
