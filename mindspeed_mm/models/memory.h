@@ -25,6 +25,7 @@ struct MemoryQuery {
   // batch: its blocks between the cut and the gather hold a rank's share (cp_share), the rest the
   // whole sequence.
   bool cp_inside = false;
+  bool cp_local_head = false;  // and not gathered after the last block: the head on the share too
   int64_t cp_size() const { return cp_ulysses * cp_ring; }
   // A rank's share of L tokens cut by a layout of these degrees (padded to its multiple).
   static int64_t cp_share(int64_t L, int64_t ulysses, int64_t ring) {

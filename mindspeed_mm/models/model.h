@@ -61,6 +61,9 @@ struct PlanTable {
   // The (rows, length) of the sequence those blocks take, from a batch: a pipeline's later
   // stages, which never see it cut, prepare the cut from it. Unset: no pipeline with CP.
   std::function<std::pair<int64_t, int64_t>(const data::Batch&)> context_parallel_length;
+  // The last of those blocks leaves each rank its tokens (no gather): the head and the loss run
+  // on them, the labels cut like them before the model (a language model's pre-shifted labels).
+  bool context_parallel_local_head = false;
   // Encoders whose own sequence is cut among the cp ranks too (a vision tower's patches, one
   // image batch's worth per call): their attention modules and the blocks cut on entering the
   // first and gathered after the last, as above. The blocks take [N, hidden] (one unbatched

@@ -94,8 +94,10 @@ int64_t ContextParallel::install_core(mm::nn::Module& model, const std::vector<s
 
 int64_t ContextParallel::apply(mm::nn::Module& model, const std::vector<std::string>& patterns,
                                const std::vector<std::string>& blocks,
-                               std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length) {
+                               std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length,
+                               bool local_head) {
   length_ = std::move(length);
+  local_head_ = local_head && !blocks.empty();
   const int64_t n = install_core(model, patterns);
   if (!blocks.empty()) install_cut(model, blocks);
   return n;
@@ -145,7 +147,7 @@ void ContextParallel::install_cut(mm::nn::Module& model, const std::vector<std::
       local.attn_mask = at::Tensor();  // the whole sequence's: the core has the samples instead
       local.cu_seqlens = at::Tensor();
       h = f(unbatched ? h.squeeze(0) : h, local);
-      if (!last) return h;
+      if (!last || cp->local_head_) return h;
       return unbatched ? cp->leave(h.unsqueeze(0)).squeeze(0) : cp->leave(h);
     });
   }
@@ -212,6 +214,13 @@ data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& la
 }
 
 data::Batch ContextParallel::shard_inputs(const data::Batch& host) const {
+  // enter() tells a cut input by its length: an input so short that a rank's share is as long
+  // as the whole (a patch or two) stays whole, and so do the others (one flag for the batch).
+  for (const auto& [name, grid_name] : inputs_) {
+    const at::Tensor& rows = host[name];
+    const int64_t N = rows.defined() ? rows.size(0) : 0, m = multiple_;
+    if (N > 0 && (N + m - 1) / m * m / layout_.size() == N) return host;
+  }
   data::Batch out = host;
   bool any = false;
   for (const auto& [name, grid_name] : inputs_) {
@@ -240,6 +249,16 @@ data::Batch ContextParallel::shard_inputs(const data::Batch& host) const {
     any = true;
   }
   if (any) out.set(data::kPixelRowsCut, at::ones({}, at::kLong), /*host=*/true);
+  return out;
+}
+
+data::Batch ContextParallel::shard_labels(const data::Batch& host) const {
+  if (!local_head_ || !host.has(data::kLabels)) return host;
+  const at::Tensor& labels = host[data::kLabels];
+  const int64_t S = labels.size(1), m = multiple_, padded = (S + m - 1) / m * m;
+  at::Tensor p = padded > S ? at::constant_pad_nd(labels, {0, padded - S}, -100.0) : labels;
+  data::Batch out = host;
+  out.set(data::kLabels, p.index_select(1, at::tensor(layout_.token_indices(padded, rank_), at::kLong)).contiguous());
   return out;
 }
 

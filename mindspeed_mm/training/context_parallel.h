@@ -53,9 +53,10 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // the wrappers that cut the hidden states on entering the first of them and gather them after
   // the last. Returns how many attention modules. ConfigError when a pattern matches nothing, a
   // module cannot take a core, or the heads do not split over the Ulysses degree.
-  // length: PlanTable::context_parallel_length (for a pipeline's later stages; may be unset).
+  // length: PlanTable::context_parallel_length (for a pipeline's later stages; may be unset);
+  // local_head: PlanTable::context_parallel_local_head (no gather after the last block).
   int64_t apply(mm::nn::Module& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks,
-                std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length = {});
+                std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length = {}, bool local_head = false);
   // The same for an encoder's stretch (models::PlanTable::CpStretch): its blocks take one
   // unbatched sequence [N, hidden] and name their segments by ForwardContext::cu_seqlens. Each
   // call of the encoder (an image batch, then a video batch) is cut and gathered on its own.
@@ -69,6 +70,9 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // host batch has, in block order, padded with zero rows to the layout's multiple, and
   // data::kPixelRowsCut set. The batch as it is when the stretch names no inputs.
   data::Batch shard_inputs(const data::Batch& host) const;
+  // A model cut inside whose head runs on each rank's tokens (apply's local_head): the labels
+  // cut like its sequence (padding -100). The batch as it is otherwise.
+  data::Batch shard_labels(const data::Batch& host) const;
 
   // This rank's shard of a collated host batch: every [B, S] token field (input ids, labels,
   // positions, sample ids) padded to a multiple of layout().multiple() (labels -100, padding its
@@ -91,7 +95,7 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   int64_t multiple_ = 1;        // and the padded sequence by this (the layout's multiple x shard_multiple_)
   parallel::CpGroup group_, ulysses_, ring_;
   int rank_ = 0;
-  bool cuts_in_model_ = false, encoder_ = false;
+  bool cuts_in_model_ = false, encoder_ = false, local_head_ = false;
   std::vector<std::pair<std::string, std::string>> inputs_;  // an encoder's: PlanTable::CpStretch
   std::function<at::Tensor(const at::Tensor&)> order_;
   // Of the current sequence: its sample ids (undefined: one sample per row, no padding), their

@@ -286,6 +286,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     q.cp_ulysses = cp_layout.ulysses;
     q.cp_ring = cp_layout.ring;
     q.cp_inside = cp_inside;
+    q.cp_local_head = cp_inside && plans.context_parallel_local_head;
     if (pipe) {
       std::vector<std::string> held;
       for (int c = 0; c < pipe->num_chunks(); ++c) {

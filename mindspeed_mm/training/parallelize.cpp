@@ -60,19 +60,21 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
                                                        resolve_virtual_pipeline_size(model, cfg.parallel));
       for (const auto& stretch : plans.context_parallel_encoders) {
         std::set<int> stages;
-        for_each_matching_module(model, stretch.blocks, "context-parallel blocks", [&](const std::string& path, mm::nn::Module& m) {
-          const auto params = m.named_parameters();
-          if (params.empty()) return;
-          for (int s = 0; s < mesh.pp; ++s)
-            if (pipe.held_by(path + "." + params.front().first, s)) stages.insert(s);
-        });
+        for_each_matching_module(model, stretch.blocks, "context-parallel blocks",
+                                 [&](const std::string& path, mm::nn::Module& m) {
+                                   const auto params = m.named_parameters();
+                                   if (params.empty()) return;
+                                   for (int s = 0; s < mesh.pp; ++s)
+                                     if (pipe.held_by(path + "." + params.front().first, s)) stages.insert(s);
+                                 });
         if (stages.size() > 1)
           throw ConfigError(cat("config: parallel.context_parallel_size > 1 cuts ", stretch.blocks.front(),
                                 " among the cp ranks, but the pipeline spreads those blocks over ", stages.size(),
                                 " stages; keep them on one (parallel.pipeline_num_layers)"));
       }
     }
-    if (cfg.training.loss_normalization == "per_sample" && plans.context_parallel_blocks.empty())
+    if (cfg.training.loss_normalization == "per_sample" &&
+        (plans.context_parallel_blocks.empty() || plans.context_parallel_local_head))
       throw ConfigError("config: training.loss_normalization: per_sample with parallel.context_parallel_size > 1 is not built "
                         "yet (a sample's tokens are spread over the cp ranks); use per_token");
     if (!cfg.model.encoders.id.empty())
@@ -137,13 +139,16 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   if (mesh.cp_size() > 1) {
     const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
     cp = std::make_shared<ContextParallel>(layout, mesh.cp(), cfg.parallel.sequence_parallel ? mesh.tp_size() : 1);
-    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks, plans.context_parallel_length);
+    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks, plans.context_parallel_length,
+                                plans.context_parallel_local_head);
     log::info("plan: context parallel over ", mesh.cp_size(), " ranks (",
               layout.ring == 1 ? "Ulysses" : layout.ulysses == 1 ? "ring, zigzag" : cat("hybrid: Ulysses ", layout.ulysses,
                                                                                           " x ring ", layout.ring),
               "): ", n, " attention modules, sequences padded to a multiple of ",
               layout.multiple() * (cfg.parallel.sequence_parallel ? mesh.tp_size() : 1),
-              cp->shards_batches() ? ", each rank's tokens cut from the batch" : ", cut inside the model between its blocks");
+              cp->shards_batches()                  ? ", each rank's tokens cut from the batch"
+              : plans.context_parallel_local_head ? ", cut inside the model on entering its first layer (the head and loss on each rank's tokens)"
+                                                  : ", cut inside the model between its blocks");
     // Encoders (a vision tower) cut their own sequences: by the same layout where their heads
     // split over its Ulysses degree, else by a ring over the cp ranks (their attention is not
     // causal, so any cut balances).
@@ -154,9 +159,11 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
       auto enc = misfit.empty() ? std::make_shared<ContextParallel>(*cp, 1) : std::make_shared<ContextParallel>(own, mesh.cp());
       const int64_t m = enc->apply_encoder(model, stretch);
       cp_encoders.push_back(enc);
-      log::info("plan: context parallel: ", stretch.blocks.front(), " cut over the ", mesh.cp_size(), " ranks too (",
-                misfit.empty() ? (own.ring == 1 ? std::string("Ulysses") : own.ulysses == 1 ? std::string("ring") : std::string("hybrid"))
-                               : cat("ring: ", misfit),
+      const std::string algo = !misfit.empty()     ? cat("ring: ", misfit)
+                               : own.ring == 1    ? std::string("Ulysses")
+                               : own.ulysses == 1 ? std::string("ring")
+                                                  : std::string("hybrid");
+      log::info("plan: context parallel: ", stretch.blocks.front(), " cut over the ", mesh.cp_size(), " ranks too (", algo,
                 "): ", m, " attention modules", stretch.inputs.empty() ? "" : ", each rank handed only its rows of the input");
     }
   }

@@ -163,6 +163,8 @@ TEST(ContextParallelTrain, BadLayoutsAreClearErrorsBeforeTraining) {
        "needs parallel.ulysses_degree_in_cp between 2"},
       {2, kCp2 + "parallel.ulysses_degree_in_cp=2", "ulysses_degree_in_cp applies to context_parallel_algo: hybrid"},
       {2, kCp2 + "training.loss_normalization=per_sample", "per_sample with parallel.context_parallel_size > 1"},
+      {2, kCp2 + "training.loss_normalization=per_sample model.config.vocab_size=264",
+       "per_sample with parallel.context_parallel_size > 1", vl},
       {4, kCp2 + "parallel.pipeline_parallel_size=2 model.config.vocab_size=264 "
                  "'parallel.pipeline_num_layers={vision: [1, 1], text: [0, 2]}'",
        "the pipeline spreads those blocks over 2 stages", vl},

@@ -63,23 +63,24 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
       e.blocks.push_back({path, layer, L / sp * H * f, L * (3 * I + H / sp) * f,
                           {{"self_attn", L * (4 * Q + heads + (ulysses ? Q : 0)) * f}, {"mlp", L * 4 * I * f}}});
   }
-  if (q.last_stage && L < N) {  // every rank's tokens gathered after the last layer
+  if (q.last_stage && L < N && !q.cp_local_head) {  // every rank's tokens gathered after the last layer
     e.after += N * H * f;
     e.notes.emplace_back("the gathered sequence", N * H * f);
   }
+  const int64_t Nh = q.cp_local_head ? L : N;  // the tokens the head and the loss see
   if (q.last_stage) {
     const int64_t V = q.vocab_parallel ? c.vocab_size / t : c.vocab_size;
-    const int64_t norm = N / sp * 2 * H * f;
+    const int64_t norm = Nh / sp * 2 * H * f;
     e.after += norm;
     e.notes.emplace_back("final norm", norm);
     if (q.loss_chunk > 0) {
       // Only the per-token losses stay; backward rebuilds one chunk's logits and their softmax and
       // makes the hidden states' and the head's gradients whole.
-      e.after += N * f;
-      e.backward_extra += (2 * std::min(q.loss_chunk, N) * V + N * H + V * H) * f;
-      e.notes.emplace_back("token losses (chunked head and loss)", N * f);
+      e.after += Nh * f;
+      e.backward_extra += (2 * std::min(q.loss_chunk, Nh) * V + Nh * H + V * H) * f;
+      e.notes.emplace_back("token losses (chunked head and loss)", Nh * f);
     } else {
-      const int64_t logits = N * 2 * V * f;
+      const int64_t logits = Nh * 2 * V * f;
       e.after += logits;
       e.backward_extra += logits;
       e.notes.emplace_back("logits and log-softmax", logits);

@@ -111,6 +111,7 @@ PlanTable Qwen2VLForConditionalGeneration::plans() const {
   t.tensor_parallel.insert(t.tensor_parallel.begin(), vision.begin(), vision.end());
   // The merged text and vision tokens are cut among the context-parallel ranks inside the model.
   t.context_parallel_blocks = {"model.layers.{*}"};
+  t.context_parallel_local_head = true;
   t.context_parallel_length = [](const data::Batch& b) {
     const at::Tensor& ids = b.require(data::kInputIds);
     return std::make_pair(ids.size(0), ids.size(1));
