@@ -354,7 +354,9 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     const int64_t base = r.params + r.optimizer + r.data;
     const int64_t earlier = micro > 1 ? r.grads : 0;  // earlier micro-batches' gradients (pipelines too)
     const int64_t forward_end = base + r.activations + earlier + fsdp_forward;
-    const int64_t rebuild = base + r.activations - est->after - est->backward_extra + rebuilt + work + earlier + fsdp_backward;
+    // (The head's activations freed by then, as `one` counts them: halved under bf16.)
+    const int64_t after = tc.precision == "bf16" ? est->after / 2 : est->after;
+    const int64_t rebuild = base + r.activations - after - est->backward_extra + rebuilt + work + earlier + fsdp_backward;
     const int64_t backward_end = base + r.grads * (ddp ? 2 : 1) + fsdp_backward;
     r.peak = std::max({forward_end, rebuild, backward_end});
     r.peak_at = r.peak == forward_end ? "forward's end" : r.peak == rebuild ? "the last block's backward" : "backward's end";
