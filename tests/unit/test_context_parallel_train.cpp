@@ -1,12 +1,13 @@
 // `mm train` with context parallelism on loopback ranks (fp32): per-step losses within 1e-5
 // relative of one process with the same global batch over 20 steps, and the final weights equal
 // (HF export), for Ulysses 2 and 4 (key/value heads repeated), ring 2 and 3 (zigzag, causal),
-// hybrid 2 x 2, CP2 with TP2, with FSDP2 and with PP2, and CP with the chunked loss: on Qwen2 trained on
-// packed rows of samples of unequal lengths (padded to the layout's multiple), on Qwen2 on plain
-// text rows, and on the tiny Qwen2-VL (the merged tokens cut inside the model: Ulysses 2, ring 3,
-// hybrid 2x2, CP2 x TP2, CP2 x FSDP2, CP2 x PP2; the vision tower's patches cut too, by the same layout or by
-// a ring where its heads do not split, each rank handed only its pixel rows) and Qwen2.5-VL
-// (window order). A killed run resumes bitwise. Bad layouts are one-line
+// hybrid 2 x 2, CP2 with TP2, with FSDP2 and with PP2, and CP with the chunked loss: on Qwen2
+// trained on packed rows of samples of unequal lengths (padded to the layout's multiple), on
+// Qwen2 on plain text rows, and on the tiny Qwen2-VL (the merged tokens cut on entering the
+// first layer, the head and loss on each rank's tokens: Ulysses 2, ring 3, hybrid 2x2, CP2 x
+// TP2, CP2 x FSDP2, CP2 x PP2, ring 2 with the chunked loss; the vision tower's patches cut too,
+// by the same layout or by a ring where its heads do not split, each rank handed only its pixel
+// rows) and Qwen2.5-VL (window order). A killed run resumes bitwise. Bad layouts are one-line
 // errors before training.
 #include "dist_train_runs.h"
 
@@ -118,6 +119,8 @@ TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
       {4, "Ulysses 2 x TP2", kCp2 + "parallel.tensor_parallel_size=2" + common, tower + "2 ranks too (ring: Ulysses over 2"},
       {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264",
        tower + "2 ranks too (ring)"},
+      {2, "ring 2, chunked loss on each rank's tokens",
+       kCp2 + "parallel.context_parallel_algo=ring training.loss_chunk_size=16" + common, tower + "2 ranks too (ring)"},
       {4, "Ulysses 2 x PP2 (the vision tower on stage 0)",
        kCp2 + "parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={vision: [2, 0], text: [0, 2]}'" + common,
        tower + "2 ranks too (Ulysses)"},
