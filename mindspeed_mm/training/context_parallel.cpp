@@ -139,7 +139,8 @@ void ContextParallel::install_cut(mm::nn::Module& model, const std::vector<std::
       const bool unbatched = cp->encoder_;
       // The whole sequence's length: an encoder's (whose input may come cut) by its rotary table.
       const int64_t L = unbatched ? (c.cos.defined() ? c.cos.size(-2) : x.size(0)) : x.size(1);
-      at::Tensor h = first ? cp->enter(unbatched ? x.unsqueeze(0) : x, L) : (unbatched ? x.unsqueeze(0) : x);
+      at::Tensor h = unbatched ? x.unsqueeze(0) : x;
+      if (first) h = cp->enter(h, L);
       if (unbatched) cp->use_bounds(c.cu_seqlens, x.device());
       mm::nn::ForwardContext local = c;
       local.cos = cp->cut_table(c.cos);
@@ -348,10 +349,10 @@ at::Tensor ContextParallel::enter(const at::Tensor& x, int64_t L) {
            " tokens cut over ", layout_.size(), " ranks (", padded / layout_.size(), " expected)");
   if (prepared_ != std::make_pair(B, L)) prepare_cut(B, L, x.device());
   prepared_ = {0, 0};
+  if (cut) return x;
   std::vector<int64_t> pad(2 * static_cast<size_t>(x.dim() - 2), 0);  // the dims after the sequence
   pad.push_back(0);
   pad.push_back(padded - L);
-  if (cut) return x;
   at::Tensor h = padded > L ? at::constant_pad_nd(x, pad) : x;
   return h.index_select(1, index_);  // backward: this rank's rows of the gradient, zeros elsewhere
 }

@@ -38,12 +38,13 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
                             " has no tensor-parallel plan"));
     check_tensor_parallel_plan(model, plans.tensor_parallel, mesh.tp, tp_options(cfg, plans));
   }
+  std::optional<PipelineLayout> pipe;
   if (mesh.pp > 1) {
     if (shards_parameters(cfg.parallel, mesh))
       throw ConfigError("config: parallel.pipeline_parallel_size > 1 with FSDP (data_parallel_shard_size > 1) is not "
                         "built yet: use DDP or ZeRO-1 (data_parallel_replicate_size, distributed_optimizer)");
     const int vp = resolve_virtual_pipeline_size(model, cfg.parallel);
-    make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp, vp);
+    pipe = make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp, vp);
     pipeline_schedule(0, mesh.pp, static_cast<int>(cfg.training.gradient_accumulation_steps), vp);  // micro-batch count
   }
   if (mesh.cp > 1) {
@@ -54,10 +55,8 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
     if (mesh.pp > 1 && !plans.context_parallel_blocks.empty() && !plans.context_parallel_length)
       throw ConfigError(cat("config: parallel.context_parallel_size > 1 with pipeline parallelism is not built yet for ",
                             cfg.model.id, " (it cuts its sequence inside the model without saying how long it is)"));
-    if (mesh.pp > 1 && !plans.context_parallel_encoders.empty()) {
+    if (pipe && !plans.context_parallel_encoders.empty()) {
       // An encoder's stretch is cut and gathered by one process: all of its blocks on one stage.
-      const PipelineLayout pipe = make_pipeline_layout(model, cfg.parallel.pipeline_num_layers, mesh.pp,
-                                                       resolve_virtual_pipeline_size(model, cfg.parallel));
       for (const auto& stretch : plans.context_parallel_encoders) {
         std::set<int> stages;
         for_each_matching_module(model, stretch.blocks, "context-parallel blocks",
@@ -65,7 +64,7 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
                                    const auto params = m.named_parameters();
                                    if (params.empty()) return;
                                    for (int s = 0; s < mesh.pp; ++s)
-                                     if (pipe.held_by(path + "." + params.front().first, s)) stages.insert(s);
+                                     if (pipe->held_by(path + "." + params.front().first, s)) stages.insert(s);
                                  });
         if (stages.size() > 1)
           throw ConfigError(cat("config: parallel.context_parallel_size > 1 cuts ", stretch.blocks.front(),
