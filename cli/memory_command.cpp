@@ -40,12 +40,23 @@ int run_fit(const config::Config& cfg) {
     return training::estimate_memory(cfg, opt);
   };
   const int64_t step = 256, cap = int64_t(1) << 24;
-  if (worst_peak(peak_at(step)) > budget) {
+  int64_t first = step;  // the shortest row that holds the images' tokens
+  int64_t first_peak = 0;
+  for (;;) {
+    try {
+      first_peak = worst_peak(peak_at(first));
+      break;
+    } catch (const training::RowTooShort&) {
+      if (first >= cap) throw;
+      first += step;
+    }
+  }
+  if (first_peak > budget) {
     std::printf("%s: even %lld tokens per row need more than %s GiB per rank\n", memory_args.config.c_str(),
-                static_cast<long long>(step), log::fixed(memory_args.fit_gib, 1).c_str());
+                static_cast<long long>(first), log::fixed(memory_args.fit_gib, 1).c_str());
     return 1;
   }
-  int64_t lo = step, hi = step;  // lo fits; hi is the first tried that does not (or the cap)
+  int64_t lo = first, hi = first;  // lo fits; hi is the first tried that does not (or the cap)
   while (hi < cap && worst_peak(peak_at(hi)) <= budget) lo = hi, hi *= 2;
   while (hi - lo > step) {
     const int64_t mid = (lo + hi) / 2 / step * step;

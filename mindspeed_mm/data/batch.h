@@ -38,6 +38,13 @@ inline constexpr std::string_view kVideoSecondPerGrid = "video_second_per_grid";
 // rank's rows, in the order the vision tower's blocks take them, padded with zero rows
 // (training/context_parallel.h); the grids stay whole.
 inline constexpr std::string_view kPixelRowsCut = "pixel_rows_cut";
+// Context parallelism, made from the whole row on the host before each cp rank takes its tokens
+// (models::PlanTable::context_parallel_prepare): a vision-language model's M-RoPE positions
+// (int64 [3, B, S]) and the vision feature row each image / video pad token takes (int64 [B, S],
+// -1 on every other token).
+inline constexpr std::string_view kMropePositionIds = "mrope_position_ids";
+inline constexpr std::string_view kImageFeatureIndex = "image_feature_index";
+inline constexpr std::string_view kVideoFeatureIndex = "video_feature_index";
 
 // Diffusion: a sample's clean latents (normalised per channel by the VAE's mean and std) and its
 // text encoder features; sample_ids (host, int64 [B]) name each sample within its dataset so

@@ -20,6 +20,9 @@ MultimodalInputs multimodal_inputs(const data::Batch& b, bool attention) {
   in.pixel_values_videos = b[data::kPixelValuesVideos];
   in.video_grid_thw = b[data::kVideoGridThw];
   in.pixels_cut = b.has(data::kPixelRowsCut);
+  in.mrope_position_ids = b[data::kMropePositionIds];
+  in.image_feature_index = b[data::kImageFeatureIndex];
+  in.video_feature_index = b[data::kVideoFeatureIndex];
   if (const at::Tensor& s = b[data::kVideoSecondPerGrid]; s.defined()) {
     at::Tensor d = s.to(at::kCPU, at::kDouble).contiguous();
     in.video_second_per_grid.assign(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
@@ -62,6 +65,26 @@ at::Tensor place_vision_features(const at::Tensor& embeds, const at::Tensor& inp
   MM_CHECK(pads == features.size(0), model, ": ", pads, " ", what, " pad tokens (id ", token,
            ") but the vision tower gave ", features.size(0), " features", hint);
   return embeds.masked_scatter(mask.unsqueeze(-1), features.to(embeds.scalar_type()));
+}
+
+at::Tensor place_vision_features_at(const at::Tensor& embeds, const at::Tensor& index, const at::Tensor& features,
+                                    const std::string& model, const std::string& what) {
+  at::Tensor mask = index.ge(0);
+  at::Tensor rows = index.masked_select(mask);
+  if (rows.numel() > 0) {
+    const int64_t top = rows.max().item<int64_t>();
+    MM_CHECK(top < features.size(0), model, ": an ", what, " pad token takes feature row ", top,
+             " but the vision tower gave ", features.size(0), " features");
+  }
+  // Even with none of them here the features stay in the graph: the tower's backward then runs
+  // on every rank, as its collectives need.
+  return embeds.masked_scatter(mask.unsqueeze(-1), features.index_select(0, rows).to(embeds.scalar_type()));
+}
+
+at::Tensor vision_feature_index(const at::Tensor& input_ids, int64_t token) {
+  at::Tensor is = input_ids.eq(token);
+  at::Tensor n = is.flatten().to(at::kLong).cumsum(0).view(input_ids.sizes()) - 1;
+  return at::where(is, n, at::full({}, -1, n.options()));
 }
 
 int64_t real_tokens(const MultimodalInputs& in) {

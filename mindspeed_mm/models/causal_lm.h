@@ -31,6 +31,9 @@ struct MultimodalInputs {
   at::Tensor pixel_values, image_grid_thw, pixel_values_videos, video_grid_thw;
   std::vector<double> video_second_per_grid;
   bool pixels_cut = false;  // data::kPixelRowsCut: the pixel rows are a context-parallel rank's
+  // A context-parallel rank's share of a row (data::kMropePositionIds, k*FeatureIndex): its
+  // M-RoPE positions and the feature row of each of its pad tokens, made from the whole row.
+  at::Tensor mrope_position_ids, image_feature_index, video_feature_index;
   // Incremental decoding (mindspeed_mm/models/common/kv_cache.h): the keys and values of the
   // tokens before input_ids; input_ids are appended. Positions continue after the cache.
   mm::nn::KVCache* kv_cache = nullptr;
@@ -54,6 +57,15 @@ mm::nn::ForwardContext decoder_context(const at::Tensor& cos, const at::Tensor& 
 at::Tensor place_vision_features(const at::Tensor& embeds, const at::Tensor& input_ids, int64_t token,
                                  const at::Tensor& features, const std::string& model, const std::string& what,
                                  const std::string& hint = "");
+// The same for a share of the rows (context parallelism): index [B, S] names the feature row of
+// each pad token (-1 elsewhere), counted over the whole rows; the result depends on the features
+// even where the share holds no pad token (a zero gradient). mm::Error when it names a row the
+// tower did not give.
+at::Tensor place_vision_features_at(const at::Tensor& embeds, const at::Tensor& index, const at::Tensor& features,
+                                    const std::string& model, const std::string& what);
+// Each `token` of input_ids [B, S] numbered in order over the batch (the feature row it takes),
+// -1 on every other token: what place_vision_features_at takes.
+at::Tensor vision_feature_index(const at::Tensor& input_ids, int64_t token);
 
 // Real tokens of a batch: attention_mask ones, else non-negative segment ids, else B * S.
 int64_t real_tokens(const MultimodalInputs& in);
@@ -77,6 +89,10 @@ class CausalLM : public Model {
   virtual int64_t vocab_size() const = 0;
   // Whether forward_multimodal uses the vision fields (a text model ignores them).
   virtual bool has_vision() const { return false; }
+  // The tokens a prompt holds for an image of `features` merged features (Qwen2-VL: vision
+  // start, the pads, vision end). Empty: the model does not place images by token count
+  // (`mm memory`'s synthetic rows then hold none).
+  virtual std::vector<int64_t> image_placeholder(int64_t /*features*/) const { return {}; }
 
   // The final normed hidden states of `in` (what the head turns into logits) and the head's weight
   // [vocab, hidden] (the embedding's when tied), for the fused chunked loss. The defaults: none.

@@ -23,9 +23,9 @@ struct MemoryQuery {
   int64_t cp_ulysses = 1, cp_ring = 1;
   // A model that cuts its sequence inside (PlanTable::context_parallel_blocks) sees the whole
   // batch: its blocks between the cut and the gather hold a rank's share (cp_share), the rest the
-  // whole sequence.
+  // whole sequence. Encoders cut on their own (PlanTable::context_parallel_encoders) see the
+  // whole batch's inputs either way.
   bool cp_inside = false;
-  bool cp_local_head = false;  // and not gathered after the last block: the head on the share too
   int64_t cp_size() const { return cp_ulysses * cp_ring; }
   // A rank's share of L tokens cut by a layout of these degrees (padded to its multiple).
   static int64_t cp_share(int64_t L, int64_t ulysses, int64_t ring) {

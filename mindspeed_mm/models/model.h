@@ -53,17 +53,21 @@ struct PlanTable {
   // runs over the whole sequence while everything else sees this rank's tokens only
   // ("model.layers.{*}.self_attn").
   std::vector<std::string> context_parallel;
-  // The blocks between which a model that computes its sequence itself (a vision-language
-  // model's merged tokens, a diffusion transformer's patches) holds this rank's shard of it:
-  // cut on entering the first, gathered after the last ("model.layers.{*}"). Empty: the batch's
-  // token fields are cut before the model sees them (a text model).
+  // The blocks between which a model that computes its sequence itself (a diffusion
+  // transformer's patches) holds this rank's shard of it: cut on entering the first, gathered
+  // after the last ("blocks.{*}"). Empty: the batch's token fields are cut before the model sees
+  // them (a language model, a vision-language model's text and vision tokens).
   std::vector<std::string> context_parallel_blocks;
   // The (rows, length) of the sequence those blocks take, from a batch: a pipeline's later
   // stages, which never see it cut, prepare the cut from it. Unset: no pipeline with CP.
   std::function<std::pair<int64_t, int64_t>(const data::Batch&)> context_parallel_length;
-  // The last of those blocks leaves each rank its tokens (no gather): the head and the loss run
-  // on them, the labels cut like them before the model (a language model's pre-shifted labels).
-  bool context_parallel_local_head = false;
+  // Before a host batch's token fields are cut: what the model needs of the whole row, added
+  // as fields it reads instead (a vision-language model's M-RoPE positions and the feature row
+  // of each pad token: data::kMropePositionIds, k*FeatureIndex). Unset: nothing.
+  std::function<data::Batch(const data::Batch&)> context_parallel_prepare;
+  // The batch fields that every cp rank takes whole (pixel rows, which an encoder stretch below
+  // may cut on its own, and their grids).
+  std::vector<std::string> context_parallel_whole;
   // Encoders whose own sequence is cut among the cp ranks too (a vision tower's patches, one
   // image batch's worth per call): their attention modules and the blocks cut on entering the
   // first and gathered after the last, as above. The blocks take [N, hidden] (one unbatched

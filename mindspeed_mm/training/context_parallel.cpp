@@ -94,10 +94,8 @@ int64_t ContextParallel::install_core(mm::nn::Module& model, const std::vector<s
 
 int64_t ContextParallel::apply(mm::nn::Module& model, const std::vector<std::string>& patterns,
                                const std::vector<std::string>& blocks,
-                               std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length,
-                               bool local_head) {
+                               std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length) {
   length_ = std::move(length);
-  local_head_ = local_head && !blocks.empty();
   const int64_t n = install_core(model, patterns);
   if (!blocks.empty()) install_cut(model, blocks);
   return n;
@@ -148,7 +146,7 @@ void ContextParallel::install_cut(mm::nn::Module& model, const std::vector<std::
       local.attn_mask = at::Tensor();  // the whole sequence's: the core has the samples instead
       local.cu_seqlens = at::Tensor();
       h = f(unbatched ? h.squeeze(0) : h, local);
-      if (!last || cp->local_head_) return h;
+      if (!last) return h;
       return unbatched ? cp->leave(h.unsqueeze(0)).squeeze(0) : cp->leave(h);
     });
   }
@@ -167,21 +165,23 @@ at::Tensor token_samples(const data::Batch& b) {
 }  // namespace
 
 data::Batch ContextParallel::shard(const data::Batch& host) const {
-  return shard_for_rank(host, layout_, rank_, shard_multiple_);
+  return shard_for_rank(prepare_ ? prepare_(host) : host, layout_, rank_, shard_multiple_, whole_);
 }
 
-data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank, int64_t shard_multiple) {
+data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank, int64_t shard_multiple,
+                           const std::vector<std::string>& whole) {
   const at::Tensor& ids = host.require_tensor(data::kInputIds);
   MM_CHECK(ids.dim() == 2, "context parallel: input_ids must be [batch, seq] (got ", ids.sizes(), ")");
   const int64_t B = ids.size(0), S = ids.size(1), m = layout.multiple() * std::max<int64_t>(1, shard_multiple);
   const int64_t padded = (S + m - 1) / m * m, pad = padded - S;
   const std::vector<int64_t> held = layout.token_indices(padded, rank);
   const at::Tensor index = at::tensor(held, at::kLong);
+  // A token field [..., B, S] (M-RoPE positions have a leading 3) cut along its last dim.
   auto cut = [&](const at::Tensor& t, int64_t fill) {
-    MM_CHECK(t.dim() == 2 && t.size(0) == B && t.size(1) == S, "context parallel: a [", B, ", ", S,
+    MM_CHECK(t.dim() >= 2 && t.size(-2) == B && t.size(-1) == S, "context parallel: a [", B, ", ", S,
              "] token field expected (got ", t.sizes(), ")");
     at::Tensor p = pad > 0 ? at::constant_pad_nd(t, {0, pad}, static_cast<double>(fill)) : t;
-    return p.index_select(1, index).contiguous();
+    return p.index_select(-1, index).contiguous();
   };
   // The sample of every token: packed rows' segments, a padded row's real tokens (0) and padding
   // (-1), one sample otherwise; the padding added here is a sample of its own.
@@ -197,12 +197,15 @@ data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& la
     else if (name == data::kSegmentIds) out.set(name, cut(f.tensor, -1), f.host);
     else if (name == data::kAttentionMask) out.set(name, cut(f.tensor, 0), f.host);
     else if (name == data::kPositionIds) continue;  // below
+    else if (name == data::kMropePositionIds) out.set(name, cut(f.tensor, 0), f.host);
+    else if (name == data::kImageFeatureIndex || name == data::kVideoFeatureIndex) out.set(name, cut(f.tensor, -1), f.host);
+    else if (std::find(whole.begin(), whole.end(), name) != whole.end()) continue;
     else if (name == data::kCuSeqlens || name == data::kMaxSeqlen) out.set(name, at::Tensor());  // the whole row's
     else if (name == data::kSampleIds || name == data::kNoiseSeeds) continue;  // per sample
     else
       throw Error(cat("context parallel: cannot split the batch field '", name,
-                      "' over the sequence (only token fields are split so far: input_ids, labels, position_ids, "
-                      "segment_ids, attention_mask)"));
+                      "' over the sequence (only token fields are split: input_ids, labels, position_ids, "
+                      "segment_ids, attention_mask, and the model's M-RoPE positions and feature indices)"));
   }
   at::Tensor pos = host[data::kPositionIds];
   if (!pos.defined()) pos = at::arange(S, at::kLong).unsqueeze(0).expand({B, S});
@@ -250,16 +253,6 @@ data::Batch ContextParallel::shard_inputs(const data::Batch& host) const {
     any = true;
   }
   if (any) out.set(data::kPixelRowsCut, at::ones({}, at::kLong), /*host=*/true);
-  return out;
-}
-
-data::Batch ContextParallel::shard_labels(const data::Batch& host) const {
-  if (!local_head_ || !host.has(data::kLabels)) return host;
-  const at::Tensor& labels = host[data::kLabels];
-  const int64_t S = labels.size(1), m = multiple_, padded = (S + m - 1) / m * m;
-  at::Tensor p = padded > S ? at::constant_pad_nd(labels, {0, padded - S}, -100.0) : labels;
-  data::Batch out = host;
-  out.set(data::kLabels, p.index_select(1, at::tensor(layout_.token_indices(padded, rank_), at::kLong)).contiguous());
   return out;
 }
 

@@ -30,9 +30,10 @@ inline constexpr std::string_view kCpSegmentIds = "cp_segment_ids";
 // Cp rank `rank`'s shard of a collated host batch (ContextParallel::shard, which `mm memory`
 // also uses to size a rank's batch without a group).
 // Each rank's share is a multiple of shard_multiple tokens (tensor parallelism's sequence split
-// takes its share of it next).
+// takes its share of it next). `whole`: fields every rank takes as they are
+// (PlanTable::context_parallel_whole).
 data::Batch shard_for_rank(const data::Batch& host, const parallel::CpLayout& layout, int rank,
-                           int64_t shard_multiple = 1);
+                           int64_t shard_multiple = 1, const std::vector<std::string>& whole = {});
 
 class ContextParallel : public models::AttentionCore, public std::enable_shared_from_this<ContextParallel> {
  public:
@@ -53,10 +54,14 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // the wrappers that cut the hidden states on entering the first of them and gather them after
   // the last. Returns how many attention modules. ConfigError when a pattern matches nothing, a
   // module cannot take a core, or the heads do not split over the Ulysses degree.
-  // length: PlanTable::context_parallel_length (for a pipeline's later stages; may be unset);
-  // local_head: PlanTable::context_parallel_local_head (no gather after the last block).
+  // length: PlanTable::context_parallel_length (for a pipeline's later stages; may be unset).
   int64_t apply(mm::nn::Module& model, const std::vector<std::string>& attention, const std::vector<std::string>& blocks,
-                std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length = {}, bool local_head = false);
+                std::function<std::pair<int64_t, int64_t>(const data::Batch&)> length = {});
+  // What shard() does first and leaves whole: PlanTable::context_parallel_prepare and _whole.
+  void set_batch_plan(std::function<data::Batch(const data::Batch&)> prepare, std::vector<std::string> whole) {
+    prepare_ = std::move(prepare);
+    whole_ = std::move(whole);
+  }
   // The same for an encoder's stretch (models::PlanTable::CpStretch): its blocks take one
   // unbatched sequence [N, hidden] and name their segments by ForwardContext::cu_seqlens. Each
   // call of the encoder (an image batch, then a video batch) is cut and gathered on its own.
@@ -70,16 +75,14 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   // host batch has, in block order, padded with zero rows to the layout's multiple, and
   // data::kPixelRowsCut set. The batch as it is when the stretch names no inputs.
   data::Batch shard_inputs(const data::Batch& host) const;
-  // A model cut inside whose head runs on each rank's tokens (apply's local_head): the labels
-  // cut like its sequence (padding -100). The batch as it is otherwise.
-  data::Batch shard_labels(const data::Batch& host) const;
 
   // This rank's shard of a collated host batch: every [B, S] token field (input ids, labels,
   // positions, sample ids) padded to a multiple of layout().multiple() (labels -100, padding its
   // own sample) and cut to this rank's tokens; kCpSegmentIds added. Position ids are added
-  // (0..S-1) when the batch has none, so each shard keeps its tokens' true positions.
-  // mm::Error naming the field for a field it cannot split (image pixels: those models cut
-  // inside, shards_batches() false).
+  // (0..S-1) when the batch has none, so each shard keeps its tokens' true positions. The batch
+  // plan's prepare runs first on the whole batch (M-RoPE positions [3, B, S] and feature indices
+  // are cut like the tokens), and its whole fields pass as they are. mm::Error naming the field
+  // for a field it cannot split.
   data::Batch shard(const data::Batch& host) const;
   // Before a forward (the batch on the device): a shard's kCpSegmentIds, or for a model that cuts
   // inside, the samples of its token fields (segment_ids, attention_mask) if it has them, and
@@ -95,7 +98,9 @@ class ContextParallel : public models::AttentionCore, public std::enable_shared_
   int64_t multiple_ = 1;        // and the padded sequence by this (the layout's multiple x shard_multiple_)
   parallel::CpGroup group_, ulysses_, ring_;
   int rank_ = 0;
-  bool cuts_in_model_ = false, encoder_ = false, local_head_ = false;
+  bool cuts_in_model_ = false, encoder_ = false;
+  std::function<data::Batch(const data::Batch&)> prepare_;
+  std::vector<std::string> whole_;
   std::vector<std::pair<std::string, std::string>> inputs_;  // an encoder's: PlanTable::CpStretch
   std::function<at::Tensor(const at::Tensor&)> order_;
   // Of the current sequence: its sample ids (undefined: one sample per row, no padding), their

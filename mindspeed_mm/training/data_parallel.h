@@ -70,7 +70,7 @@ class DataParallelModel {
   }
   const std::shared_ptr<ContextParallel>& context_parallel() const { return cp_; }
   data::Batch shard_batch(const data::Batch& host) const {
-    data::Batch b = !cp_ ? host : cp_->shards_batches() ? cp_->shard(host) : cp_->shard_labels(host);
+    data::Batch b = cp_ && cp_->shards_batches() ? cp_->shard(host) : host;
     for (const auto& e : cp_encoders_) b = e->shard_inputs(b);
     return b;
   }

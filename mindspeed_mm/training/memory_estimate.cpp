@@ -13,6 +13,7 @@
 #include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/data/dataset_registry.h"
 #include "mindspeed_mm/data/media/qwen2vl_image_processor.h"
+#include "mindspeed_mm/models/causal_lm.h"
 #include "mindspeed_mm/training/context_parallel.h"
 #include "mindspeed_mm/training/model_builder.h"
 #include "mindspeed_mm/training/objectives/objective.h"
@@ -128,6 +129,29 @@ data::Batch synthetic_batch(const config::Config& cfg, int64_t rows, const Memor
   return b;
 }
 
+// A synthetic batch's images into its rows as the model's prompts hold them (its placeholder
+// tokens one after another from each row's start), so that its rows say where their features go.
+void place_synthetic_images(data::Batch& b, const models::Model& model, const config::Config& cfg) {
+  const auto* lm = dynamic_cast<const models::CausalLM*>(&model);
+  const at::Tensor& grid = b[data::kImageGridThw];
+  if (!lm || !grid.defined()) return;
+  at::Tensor ids = b.require(data::kInputIds).clone();
+  const int64_t rows = ids.size(0), S = ids.size(1), per_row = grid.size(0) / rows;
+  const int64_t unit = cfg.data.processor.merge_size * cfg.data.processor.merge_size;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t at = 0;
+    for (int64_t i = 0; i < per_row; ++i) {
+      const std::vector<int64_t> t = lm->image_placeholder(grid[r * per_row + i].prod().item<int64_t>() / unit);
+      if (at + static_cast<int64_t>(t.size()) > S)
+        throw RowTooShort(cat("mm memory: a row of --seq-len ", S, " tokens cannot hold its ", per_row, " image(s) of ",
+                              t.size(), " tokens each"));
+      ids[r].narrow(0, at, static_cast<int64_t>(t.size())).copy_(at::tensor(t, at::kLong));
+      at += static_cast<int64_t>(t.size());
+    }
+  }
+  b.set(data::kInputIds, ids);
+}
+
 std::string describe_batch(const data::Batch& b) {
   std::string s;
   if (b.has(data::kInputIds)) {
@@ -212,6 +236,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
   if (!model) model = build_model(cfg.model, vocab, static_cast<uint64_t>(tc.seed), &cfg.source_file, /*deferred=*/true);
   if (opt.model_cache) *opt.model_cache = model;
   check_parallel_layout(*model, cfg, mesh);
+  if (opt.seq_len > 0) place_synthetic_images(batch, *model, cfg);
   freeze_parts(*model, cfg.model);
   if (!cfg.features.freeze.empty()) apply_freeze_plan(*model, cfg.features.freeze);
   const models::PlanTable plans = model->plans();
@@ -233,7 +258,8 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
   } else if (mesh.cp > 1) {
     cp_layout = resolve_cp_layout(pc);
     const int64_t whole = batch_bytes(batch);
-    batch = shard_for_rank(batch, cp_layout, 0, pc.sequence_parallel ? mesh.tp : 1);
+    if (plans.context_parallel_prepare) batch = plans.context_parallel_prepare(batch);
+    batch = shard_for_rank(batch, cp_layout, 0, pc.sequence_parallel ? mesh.tp : 1, plans.context_parallel_whole);
     data_bytes += micro * (batch_bytes(batch) - whole);
     out.batch = describe_batch(batch) + cat(" per rank (cut over ", mesh.cp, " context-parallel ranks)");
   }
@@ -286,7 +312,6 @@ MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& o
     q.cp_ulysses = cp_layout.ulysses;
     q.cp_ring = cp_layout.ring;
     q.cp_inside = cp_inside;
-    q.cp_local_head = cp_inside && plans.context_parallel_local_head;
     if (pipe) {
       std::vector<std::string> held;
       for (int c = 0; c < pipe->num_chunks(); ++c) {

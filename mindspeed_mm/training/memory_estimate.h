@@ -57,7 +57,13 @@ struct MemoryOptions {
   std::shared_ptr<models::Model>* model_cache = nullptr;
 };
 
-// cfg: a training config. mm::ConfigError for layouts the config cannot run.
+// A synthetic row (seq_len > 0) too short for its images' tokens.
+class RowTooShort : public Error {
+ public:
+  using Error::Error;
+};
+
+// cfg: a training config. mm::ConfigError for layouts the config cannot run; RowTooShort.
 MemoryEstimate estimate_memory(const config::Config& cfg, const MemoryOptions& options = {});
 
 // The report `mm memory` prints: one block per rank role.

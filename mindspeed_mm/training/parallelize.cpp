@@ -72,8 +72,7 @@ void check_parallel_layout(models::Model& model, const config::Config& cfg, cons
                                 " stages; keep them on one (parallel.pipeline_num_layers)"));
       }
     }
-    if (cfg.training.loss_normalization == "per_sample" &&
-        (plans.context_parallel_blocks.empty() || plans.context_parallel_local_head))
+    if (cfg.training.loss_normalization == "per_sample" && plans.context_parallel_blocks.empty())
       throw ConfigError("config: training.loss_normalization: per_sample with parallel.context_parallel_size > 1 is not built "
                         "yet (a sample's tokens are spread over the cp ranks); use per_token");
     if (!cfg.model.encoders.id.empty())
@@ -138,16 +137,14 @@ std::unique_ptr<DataParallelModel> parallelize(models::Model& model, const confi
   if (mesh.cp_size() > 1) {
     const parallel::CpLayout layout = resolve_cp_layout(cfg.parallel);
     cp = std::make_shared<ContextParallel>(layout, mesh.cp(), cfg.parallel.sequence_parallel ? mesh.tp_size() : 1);
-    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks, plans.context_parallel_length,
-                                plans.context_parallel_local_head);
+    const int64_t n = cp->apply(model, plans.context_parallel, plans.context_parallel_blocks, plans.context_parallel_length);
+    cp->set_batch_plan(plans.context_parallel_prepare, plans.context_parallel_whole);
     log::info("plan: context parallel over ", mesh.cp_size(), " ranks (",
               layout.ring == 1 ? "Ulysses" : layout.ulysses == 1 ? "ring, zigzag" : cat("hybrid: Ulysses ", layout.ulysses,
                                                                                           " x ring ", layout.ring),
               "): ", n, " attention modules, sequences padded to a multiple of ",
               layout.multiple() * (cfg.parallel.sequence_parallel ? mesh.tp_size() : 1),
-              cp->shards_batches()                  ? ", each rank's tokens cut from the batch"
-              : plans.context_parallel_local_head ? ", cut inside the model on entering its first layer (the head and loss on each rank's tokens)"
-                                                  : ", cut inside the model between its blocks");
+              cp->shards_batches() ? ", each rank's tokens cut from the batch" : ", cut inside the model between its blocks");
     // Encoders (a vision tower) cut their own sequences: by the same layout where their heads
     // split over its Ulysses degree, else by a ring over the cp ranks (their attention is not
     // causal, so any cut balances).

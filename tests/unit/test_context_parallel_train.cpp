@@ -3,8 +3,8 @@
 // (HF export), for Ulysses 2 and 4 (key/value heads repeated), ring 2 and 3 (zigzag, causal),
 // hybrid 2 x 2, CP2 with TP2, with FSDP2 and with PP2, and CP with the chunked loss: on Qwen2
 // trained on packed rows of samples of unequal lengths (padded to the layout's multiple), on
-// Qwen2 on plain text rows, and on the tiny Qwen2-VL (the merged tokens cut on entering the
-// first layer, the head and loss on each rank's tokens: Ulysses 2, ring 3, hybrid 2x2, CP2 x
+// Qwen2 on plain text rows, and on the tiny Qwen2-VL (each rank handed its tokens, labels and
+// M-RoPE positions, made from the whole row on the host: Ulysses 2, ring 3, hybrid 2x2, CP2 x
 // TP2, CP2 x FSDP2, CP2 x PP2, ring 2 with the chunked loss; the vision tower's patches cut too,
 // by the same layout or by a ring where its heads do not split, each rank handed only its pixel
 // rows) and Qwen2.5-VL (window order). A killed run resumes bitwise. Bad layouts are one-line
@@ -108,18 +108,18 @@ TEST(ContextParallelTrain, Qwen2VlEqualsOneProcess) {
   const std::string dir = fresh_dir("cp_train_vl");
   const std::string cfg = vl_config(dir, 48);
   const std::string common = " training.micro_batch_size=4 model.config.vocab_size=264";
-  // The merged tokens cut inside the model, and the vision tower's patches too: by the layout
-  // where its 2 heads (1 under TP2) split, else by a ring.
+  // Each rank's tokens cut from the batch, and the vision tower's patches inside the model: by
+  // the layout where its 2 heads (1 under TP2) split, else by a ring.
   const std::string tower = "visual.blocks.{*} cut over the ";
   const Layout layouts[] = {
-      {2, "Ulysses 2", kCp2 + common, tower + "2 ranks too (Ulysses)"},
+      {2, "Ulysses 2", kCp2 + common, "2 attention modules, sequences padded to a multiple of 2, each rank's tokens cut from the batch"},
       {3, "ring 3", "parallel.context_parallel_size=3 parallel.context_parallel_algo=ring" + common, tower + "3 ranks too (ring)"},
       {4, "hybrid 2x2", kCp4 + "parallel.context_parallel_algo=hybrid parallel.ulysses_degree_in_cp=2" + common,
        tower + "4 ranks too (hybrid)"},
       {4, "Ulysses 2 x TP2", kCp2 + "parallel.tensor_parallel_size=2" + common, tower + "2 ranks too (ring: Ulysses over 2"},
       {4, "ring 2 x FSDP2", kCp2 + "parallel.context_parallel_algo=ring training.micro_batch_size=2 model.config.vocab_size=264",
        tower + "2 ranks too (ring)"},
-      {2, "ring 2, chunked loss on each rank's tokens",
+      {2, "ring 2, chunked loss",
        kCp2 + "parallel.context_parallel_algo=ring training.loss_chunk_size=16" + common, tower + "2 ranks too (ring)"},
       {4, "Ulysses 2 x PP2 (the vision tower on stage 0)",
        kCp2 + "parallel.pipeline_parallel_size=2 'parallel.pipeline_num_layers={vision: [2, 0], text: [0, 2]}'" + common,

@@ -116,8 +116,8 @@ TEST(Memory, EstimateWithin15PercentOfMeasuredOnTheParallelLayouts) {
       {"vl fsdp 2", vl, 2, vl_wide + "parallel.data_parallel_shard_size=2"},
       {"vl tp 2", vl, 2, vl_wide + "model.config.vocab_size=264 parallel.tensor_parallel_size=2"},
       {"vl pp 2 (4 micro-batches)", vl, 2, vl_wide + pp2},
-      {"vl cp 2 (Ulysses, cut inside)", vl, 2, vl_wide + "parallel.context_parallel_size=2"},
-      {"vl cp 2 (ring, cut inside)", vl, 2, vl_wide + "parallel.context_parallel_size=2 parallel.context_parallel_algo=ring"},
+      {"vl cp 2 (Ulysses)", vl, 2, vl_wide + "parallel.context_parallel_size=2"},
+      {"vl cp 2 (ring)", vl, 2, vl_wide + "parallel.context_parallel_size=2 parallel.context_parallel_algo=ring"},
   };
   for (const auto& l : layouts) compare(l.name, l.cfg, l.ranks, l.overrides, dir);
 }

@@ -18,6 +18,7 @@
 #include "mindspeed_mm/models/common/attention.h"
 #include "mindspeed_mm/models/common/cross_entropy.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
+#include "mindspeed_mm/training/context_parallel.h"
 #include "mindspeed_mm/training/optimizer.h"
 #include "mindspeed_mm/training/plans.h"
 #include "hf_model_dir.h"
@@ -43,6 +44,33 @@ std::shared_ptr<Qwen2VLForConditionalGeneration> tiny_model() {
   auto m = std::make_shared<Qwen2VLForConditionalGeneration>(Qwen2VLConfig::from_json(tiny_config(), "test", false));
   m->init_weights(5);
   return m;
+}
+
+// Three conversations, each with an image of its own size (28 x 56 .. 84 x 56), encoded as the
+// loader would.
+mm::data::SampleEncoder image_sample_encoder() {
+  mm::data::SampleEncoderOptions o;
+  o.media.min_pixels = 28 * 28;
+  o.media.max_pixels = 56 * 112;
+  return mm::data::SampleEncoder(mm::data::byte_chat_tokenizer(), o);
+}
+
+std::vector<mm::data::EncodedSample> three_image_samples(const std::string& dir, mm::data::SampleEncoder& enc) {
+  std::string jsonl;
+  for (int i = 0; i < 3; ++i) {
+    mm::data::Image im(28 * (i + 1), 56);
+    for (size_t k = 0; k < im.rgb.size(); ++k) im.rgb[k] = static_cast<uint8_t>((k * (i + 3)) % 251);
+    mm::data::save_png(im, dir + "/" + std::to_string(i) + ".png");
+    jsonl += R"({"messages":[{"role":"user","content":"<image>What is it? )" + std::string(i, 'x') +
+             R"("},{"role":"assistant","content":"thing )" + std::to_string(i) + R"("}],"images":[")" +
+             std::to_string(i) + ".png\"]}\n";
+  }
+  std::ofstream(dir + "/d.jsonl") << jsonl;
+  auto records = mm::data::read_mllm_file(dir + "/d.jsonl").records;
+  EXPECT_EQ(records.size(), 3u);
+  std::vector<mm::data::EncodedSample> samples;
+  for (auto& r : records) samples.push_back(enc.encode(r));
+  return samples;
 }
 
 }  // namespace
@@ -80,26 +108,8 @@ TEST(Qwen2VL, VisionFeaturesReplaceThePadTokens) {
 }
 
 TEST(Qwen2VL, PackedSamplesLossEqualsEachAlone) {
-  namespace fs = std::filesystem;
-  const std::string dir = mm::test::fresh_dir("qwen2vl_packed");
-  std::string jsonl;
-  for (int i = 0; i < 3; ++i) {
-    mm::data::Image im(28 * (i + 1), 56);
-    for (size_t k = 0; k < im.rgb.size(); ++k) im.rgb[k] = static_cast<uint8_t>((k * (i + 3)) % 251);
-    mm::data::save_png(im, dir + "/" + std::to_string(i) + ".png");
-    jsonl += R"({"messages":[{"role":"user","content":"<image>What is it? )" + std::string(i, 'x') +
-             R"("},{"role":"assistant","content":"thing )" + std::to_string(i) + R"("}],"images":[")" +
-             std::to_string(i) + ".png\"]}\n";
-  }
-  std::ofstream(dir + "/d.jsonl") << jsonl;
-  auto records = mm::data::read_mllm_file(dir + "/d.jsonl").records;
-  ASSERT_EQ(records.size(), 3u);
-  mm::data::SampleEncoderOptions o;
-  o.media.min_pixels = 28 * 28;
-  o.media.max_pixels = 56 * 112;
-  mm::data::SampleEncoder enc(mm::data::byte_chat_tokenizer(), o);
-  std::vector<mm::data::EncodedSample> samples;
-  for (auto& r : records) samples.push_back(enc.encode(r));
+  mm::data::SampleEncoder enc = image_sample_encoder();
+  const std::vector<mm::data::EncodedSample> samples = three_image_samples(mm::test::fresh_dir("qwen2vl_packed"), enc);
 
   auto vl = tiny_model();
   at::NoGradGuard no_grad;
@@ -124,6 +134,64 @@ TEST(Qwen2VL, PackedSamplesLossEqualsEachAlone) {
     max_diff = std::max(max_diff, std::abs(got - ref));
   }
   std::printf("qwen2_vl packed vs alone: max |loss difference| %.3g\n", max_diff);
+}
+
+// Context parallelism hands each rank only its tokens: what needs the whole row (M-RoPE
+// positions, the feature row of each pad token) is made from it on the host first
+// (PlanTable::context_parallel_prepare) and cut like the tokens; each rank's embeddings with the
+// features placed then equal its tokens' rows of the whole row's.
+TEST(Qwen2VL, ContextParallelShardsCarryTheWholeRowsPositionsAndFeatureRows) {
+  using namespace mm::data;
+  SampleEncoder enc = image_sample_encoder();
+  const std::vector<EncodedSample> samples = three_image_samples(mm::test::fresh_dir("qwen2vl_cp_shards"), enc);
+  auto vl = tiny_model();
+  const PlanTable plans = vl->plans();
+  ASSERT_TRUE(plans.context_parallel_blocks.empty());  // the batch is cut, not the model
+  at::NoGradGuard no_grad;
+  for (const bool packed : {false, true}) {
+    const Batch host = collate_samples(samples, {packed, 4, enc.pad_id()});
+    const Batch prepared = plans.context_parallel_prepare(host);
+    const MultimodalInputs whole_in = multimodal_inputs(host, /*attention=*/false);
+    const at::Tensor ids = whole_in.input_ids;
+    const int64_t S = ids.size(1);
+    const at::Tensor positions = vl->mrope_positions(whole_in);
+    const at::Tensor features = vl->visual->forward(whole_in.pixel_values, whole_in.image_grid_thw);
+    const at::Tensor embeds = place_vision_features(vl->model->embed_tokens->forward(ids), ids,
+                                                    vl->vl_config.rope_index.image_token_id, features, "qwen2_vl", "image");
+    for (const mm::parallel::CpLayout layout : {mm::parallel::CpLayout{2, 1}, mm::parallel::CpLayout{1, 3}}) {
+      const int64_t m = layout.multiple(), padded = (S + m - 1) / m * m;
+      for (int r = 0; r < layout.size(); ++r) {
+        const std::string what = mm::cat(packed ? "packed" : "padded", " rows, ", layout.ulysses, "x", layout.ring, " rank ", r);
+        const Batch shard = mm::training::shard_for_rank(prepared, layout, r, 1, plans.context_parallel_whole);
+        const std::vector<int64_t> held = layout.token_indices(padded, r);
+        // This rank's real tokens: their places in the whole row (the padding added is beyond S).
+        std::vector<int64_t> at_shard, at_whole;
+        for (size_t i = 0; i < held.size(); ++i)
+          if (held[i] < S) {
+            at_shard.push_back(static_cast<int64_t>(i));
+            at_whole.push_back(held[i]);
+          }
+        const at::Tensor a = at::tensor(at_shard, at::kLong), w = at::tensor(at_whole, at::kLong);
+        const MultimodalInputs in = multimodal_inputs(shard, /*attention=*/false);
+        ASSERT_EQ(in.input_ids.size(1), padded / layout.size()) << what;
+        EXPECT_TRUE(at::equal(in.input_ids.index_select(1, a), ids.index_select(1, w))) << what;
+        EXPECT_TRUE(at::equal(vl->mrope_positions(in).index_select(2, a), positions.index_select(2, w))) << what;
+        EXPECT_TRUE(at::equal(in.pixel_values, whole_in.pixel_values)) << what;  // whole: the tower cuts its own
+        const at::Tensor mine = place_vision_features_at(vl->model->embed_tokens->forward(in.input_ids),
+                                                         in.image_feature_index, features, "qwen2_vl", "image");
+        EXPECT_TRUE(at::equal(mine.index_select(1, a), embeds.index_select(1, w))) << what;
+      }
+    }
+  }
+  // Pad tokens the grids do not account for: one line before any rank runs.
+  Batch bad = collate_samples(samples, {false, 4, enc.pad_id()});
+  bad.set(kImageGridThw, bad[kImageGridThw].narrow(0, 0, 2), /*host=*/true);
+  try {
+    plans.context_parallel_prepare(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const mm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("image pad tokens (id 261) but the batch's grids give"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Qwen2VL, ConfigRoundTripAndErrors) {

@@ -169,9 +169,10 @@ class Qwen2ForCausalLM : public CausalLM {
   std::optional<ActivationEstimate> estimate_activations(const data::Batch& host, const MemoryQuery& q) const override;
   // The language model's share of it for rows [B, S] (after the embeddings, which a
   // vision-language model merges first: counted by the caller when `embeddings` is false); its
-  // blocks' paths start with `prefix` (LLaVA's "language_model.").
+  // blocks' paths start with `prefix` (LLaVA's "language_model."). padded_rows: rows with
+  // padding (an attention mask), which Ulysses then masks over the whole sequence.
   void estimate_decoder(ActivationEstimate& e, int64_t B, int64_t S, bool segment_mask, bool embeddings,
-                        const MemoryQuery& q, const std::string& prefix = "") const;
+                        const MemoryQuery& q, const std::string& prefix = "", bool padded_rows = false) const;
   double flops_per_token(int64_t seq_len) const override { return config.flops_per_token(seq_len); }
   std::vector<std::shared_ptr<mm::nn::Block>> blocks() override;
   int64_t vocab_size() const override { return config.vocab_size; }

@@ -24,11 +24,9 @@
 namespace mm::models {
 
 void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_t S, bool segment_mask, bool embeddings,
-                                        const MemoryQuery& q, const std::string& prefix) const {
+                                        const MemoryQuery& q, const std::string& prefix, bool padded_rows) const {
   const Qwen2Config& c = config;
   const int64_t N = B * S, t = std::max<int64_t>(1, q.tp), f = 4;
-  // Cut inside the model: the layers run on this rank's share of the tokens (L), the rest whole.
-  const int64_t L = q.cp_inside ? B * MemoryQuery::cp_share(S, q.cp_ulysses, q.cp_ring) : N;
   const int64_t H = c.hidden_size, D = c.head_dim(), heads = c.num_attention_heads / t;
   const int64_t Q = heads * D, I = c.intermediate_size / t;
   const int64_t sp = q.sequence_parallel ? t : 1;  // norms and residuals on sequence shards
@@ -37,7 +35,7 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
     e.notes.emplace_back("embeddings", N / sp * H * f);
   }
   // Every stage computes the rotary tables; packed rows' masks (bool, then SDPA's float copy).
-  const int64_t tables = (N + (L < N ? L : 0)) * 2 * D * f;  // and their cut copies
+  const int64_t tables = N * 2 * D * f;
   e.before += tables;
   e.notes.emplace_back("rotary tables", tables);
   if (segment_mask) {
@@ -47,40 +45,35 @@ void Qwen2ForCausalLM::estimate_decoder(ActivationEstimate& e, int64_t B, int64_
   // Context parallel (the batch is this rank's shard): Ulysses keeps its attention's output over
   // the whole sequence's tokens for its share of the heads too (N x Q again), and without a ring,
   // off CUDA, one mask of the whole sequence's samples for every layer; the ring saves what SDPA would.
-  // Cut inside, the samples come from the batch's mask or padding: counted whenever Ulysses runs alone.
+  // Rows padded to a length (padded_rows: the batch's attention mask) have samples too.
   const bool ulysses = q.cp_ulysses > 1;
-  if (ulysses && q.cp_ring == 1 && (segment_mask || q.cp_inside)) {
-    const int64_t whole = (q.cp_inside ? L / B : S) * q.cp_ulysses;
+  if (ulysses && q.cp_ring == 1 && (segment_mask || padded_rows)) {
+    const int64_t whole = S * q.cp_ulysses;
     e.before += B * whole * whole;
     e.notes.emplace_back("Ulysses' whole-sequence mask", B * whole * whole);
   }
   // Sequence parallel: the column-parallel projections save their all-gathered (whole) inputs.
-  const int64_t layer = L * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I + (ulysses ? Q : 0)) * f;
+  const int64_t layer = N * (6 * H / sp + (sp > 1 ? 2 * H : 0) + 4 * Q + heads + 4 * I + (ulysses ? Q : 0)) * f;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string path = prefix + "model.layers." + std::to_string(i);
     // Selective recompute: the attention's q, k, v, output and log-sum-exp; the MLP's four.
     if (q.runs_block(path))
-      e.blocks.push_back({path, layer, L / sp * H * f, L * (3 * I + H / sp) * f,
-                          {{"self_attn", L * (4 * Q + heads + (ulysses ? Q : 0)) * f}, {"mlp", L * 4 * I * f}}});
+      e.blocks.push_back({path, layer, N / sp * H * f, N * (3 * I + H / sp) * f,
+                          {{"self_attn", N * (4 * Q + heads + (ulysses ? Q : 0)) * f}, {"mlp", N * 4 * I * f}}});
   }
-  if (q.last_stage && L < N && !q.cp_local_head) {  // every rank's tokens gathered after the last layer
-    e.after += N * H * f;
-    e.notes.emplace_back("the gathered sequence", N * H * f);
-  }
-  const int64_t Nh = q.cp_local_head ? L : N;  // the tokens the head and the loss see
   if (q.last_stage) {
     const int64_t V = q.vocab_parallel ? c.vocab_size / t : c.vocab_size;
-    const int64_t norm = Nh / sp * 2 * H * f;
+    const int64_t norm = N / sp * 2 * H * f;
     e.after += norm;
     e.notes.emplace_back("final norm", norm);
     if (q.loss_chunk > 0) {
       // Only the per-token losses stay; backward rebuilds one chunk's logits and their softmax and
       // makes the hidden states' and the head's gradients whole.
-      e.after += Nh * f;
-      e.backward_extra += (2 * std::min(q.loss_chunk, Nh) * V + Nh * H + V * H) * f;
-      e.notes.emplace_back("token losses (chunked head and loss)", Nh * f);
+      e.after += N * f;
+      e.backward_extra += (2 * std::min(q.loss_chunk, N) * V + N * H + V * H) * f;
+      e.notes.emplace_back("token losses (chunked head and loss)", N * f);
     } else {
-      const int64_t logits = Nh * 2 * V * f;
+      const int64_t logits = N * 2 * V * f;
       e.after += logits;
       e.backward_extra += logits;
       e.notes.emplace_back("logits and log-softmax", logits);

@@ -109,13 +109,30 @@ PlanTable Qwen2VLForConditionalGeneration::plans() const {
   }
   vision.insert(vision.end(), {{"visual.merger.mlp.0", "colwise"}, {"visual.merger.mlp.2", "rowwise"}});
   t.tensor_parallel.insert(t.tensor_parallel.begin(), vision.begin(), vision.end());
-  // The merged text and vision tokens are cut among the context-parallel ranks inside the model.
-  t.context_parallel_blocks = {"model.layers.{*}"};
-  t.context_parallel_local_head = true;
-  t.context_parallel_length = [](const data::Batch& b) {
-    const at::Tensor& ids = b.require(data::kInputIds);
-    return std::make_pair(ids.size(0), ids.size(1));
+  // Context parallel: each rank is handed its share of the tokens, as a text model is. What needs
+  // the whole row is made from it on the host first: the M-RoPE positions and the feature row of
+  // every pad token. The pixels pass whole to the tower's own cut below.
+  t.context_parallel_prepare = [rc = vl_config.rope_index, merge = vl_config.vision.spatial_merge_size](const data::Batch& host) {
+    const MultimodalInputs in = multimodal_inputs(host, /*attention=*/false);
+    data::Batch out = host;
+    auto index = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, std::string_view field, const char* what) {
+      if (!pixels.defined()) return;
+      MM_CHECK(grid.defined(), "qwen2_vl: ", what, " pixels come without their grid_thw");
+      at::Tensor idx = vision_feature_index(in.input_ids.to(at::kCPU), token);
+      const int64_t pads = idx.max().item<int64_t>() + 1;
+      const int64_t features = grid.to(at::kCPU, at::kLong).prod(1).sum().item<int64_t>() / (merge * merge);
+      MM_CHECK(pads == features, "qwen2_vl: ", pads, " ", what, " pad tokens (id ", token, ") but the batch's grids give ",
+               features, " features");
+      out.set(field, idx);
+    };
+    index(in.pixel_values, in.image_grid_thw, rc.image_token_id, data::kImageFeatureIndex, "image");
+    index(in.pixel_values_videos, in.video_grid_thw, rc.video_token_id, data::kVideoFeatureIndex, "video");
+    out.set(data::kMropePositionIds, qwen2vl_mrope_positions(rc, in));
+    return out;
   };
+  t.context_parallel_whole = {std::string(data::kPixelValues), std::string(data::kImageGridThw),
+                              std::string(data::kPixelValuesVideos), std::string(data::kVideoGridThw),
+                              std::string(data::kVideoSecondPerGrid)};
   // And the vision tower's patches among them again, each frame or window attended whole; each
   // rank is handed only its pixel rows, in the blocks' (Qwen2.5-VL: window) order.
   PlanTable::CpStretch tower;
@@ -125,6 +142,19 @@ PlanTable Qwen2VLForConditionalGeneration::plans() const {
                    {std::string(data::kPixelValuesVideos), std::string(data::kVideoGridThw)}};
   tower.order = [c = vl_config.vision](const at::Tensor& grid) { return qwen2vl_patch_block_order(c, grid); };
   t.context_parallel_encoders = {tower};
+  return t;
+}
+
+std::vector<std::string> Qwen2VLForConditionalGeneration::optional_fields() const {
+  std::vector<std::string> f = Qwen2ForCausalLM::optional_fields();
+  for (auto n : {data::kMropePositionIds, data::kImageFeatureIndex, data::kVideoFeatureIndex}) f.emplace_back(n);
+  return f;
+}
+
+std::vector<int64_t> Qwen2VLForConditionalGeneration::image_placeholder(int64_t features) const {
+  std::vector<int64_t> t(static_cast<size_t>(features + 2), vl_config.rope_index.image_token_id);
+  t.front() = vl_config.rope_index.vision_start_token_id;
+  t.back() = vl_config.vision_end_token_id;
   return t;
 }
 
@@ -148,7 +178,11 @@ std::string Qwen2VLForConditionalGeneration::hf_module_path(const std::string& n
 }
 
 at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInputs& in) const {
-  const RopeIndexConfig& rc = vl_config.rope_index;
+  if (in.mrope_position_ids.defined()) return in.mrope_position_ids;
+  return qwen2vl_mrope_positions(vl_config.rope_index, in);
+}
+
+at::Tensor qwen2vl_mrope_positions(const RopeIndexConfig& rc, const MultimodalInputs& in) {
   if (!in.segment_ids.defined())
     return get_rope_index(in.input_ids, in.image_grid_thw, in.video_grid_thw, in.attention_mask, rc,
                           in.video_second_per_grid)
@@ -188,6 +222,16 @@ at::Tensor Qwen2VLForConditionalGeneration::mrope_positions(const MultimodalInpu
   return out;
 }
 
+namespace {
+// Into the embeddings: by each pad token's feature row when a cp rank holds a share of the row,
+// else in order.
+at::Tensor place_features(const at::Tensor& h, const at::Tensor& ids, int64_t token, const at::Tensor& index,
+                          const at::Tensor& features, const char* what) {
+  return index.defined() ? place_vision_features_at(h, index, features, "qwen2_vl", what)
+                         : place_vision_features(h, ids, token, features, "qwen2_vl", what);
+}
+}  // namespace
+
 at::Tensor Qwen2VLForConditionalGeneration::forward_multimodal(const MultimodalInputs& in) {
   return logits(forward_hidden(in));
 }
@@ -196,13 +240,14 @@ at::Tensor Qwen2VLForConditionalGeneration::forward_hidden(const MultimodalInput
   MM_CHECK(in.input_ids.dim() == 2, "qwen2_vl: input_ids must be [batch, seq] (got ", in.input_ids.sizes(), ")");
   const int64_t past = in.kv_cache ? in.kv_cache->length() : 0;
   at::Tensor h = model->embed_tokens->forward(in.input_ids);
-  auto place = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, const char* what) {
+  auto place = [&](const at::Tensor& pixels, const at::Tensor& grid, int64_t token, const at::Tensor& index,
+                   const char* what) {
     if (!pixels.defined()) return;
     MM_CHECK(grid.defined(), "qwen2_vl: ", what, " pixels come without their grid_thw");
-    h = place_vision_features(h, in.input_ids, token, visual->forward(pixels, grid, in.pixels_cut), "qwen2_vl", what);
+    h = place_features(h, in.input_ids, token, index, visual->forward(pixels, grid, in.pixels_cut), what);
   };
-  place(in.pixel_values, in.image_grid_thw, vl_config.rope_index.image_token_id, "image");
-  place(in.pixel_values_videos, in.video_grid_thw, vl_config.rope_index.video_token_id, "video");
+  place(in.pixel_values, in.image_grid_thw, vl_config.rope_index.image_token_id, in.image_feature_index, "image");
+  place(in.pixel_values_videos, in.video_grid_thw, vl_config.rope_index.video_token_id, in.video_feature_index, "video");
 
   at::Tensor pos;
   if (past == 0) {
@@ -253,9 +298,11 @@ void Qwen2VLForConditionalGeneration::pipeline_forward(size_t submodule, int64_t
 at::Tensor Qwen2VLForConditionalGeneration::pipeline_embeddings(const MultimodalInputs& in, const Outputs& carry) {
   at::Tensor h = model->embed_tokens->forward(in.input_ids);
   if (carry.has("image_features"))
-    h = place_vision_features(h, in.input_ids, vl_config.rope_index.image_token_id, carry["image_features"], "qwen2_vl", "image");
+    h = place_features(h, in.input_ids, vl_config.rope_index.image_token_id, in.image_feature_index,
+                       carry["image_features"], "image");
   if (carry.has("video_features"))
-    h = place_vision_features(h, in.input_ids, vl_config.rope_index.video_token_id, carry["video_features"], "qwen2_vl", "video");
+    h = place_features(h, in.input_ids, vl_config.rope_index.video_token_id, in.video_feature_index,
+                       carry["video_features"], "video");
   return h;
 }
 

@@ -34,6 +34,10 @@ struct Qwen2VLConfig {
   nlohmann::json to_json() const;
 };
 
+// The (t, h, w) positions [3, B, S] of a batch: get_rope_index over each row, or over each
+// packed sample (positions restart per sample, as when it runs alone).
+at::Tensor qwen2vl_mrope_positions(const RopeIndexConfig& rc, const MultimodalInputs& in);
+
 class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
  public:
   explicit Qwen2VLForConditionalGeneration(const Qwen2VLConfig& c, at::ScalarType dtype = at::kFloat);
@@ -41,6 +45,9 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
   at::Tensor forward_multimodal(const MultimodalInputs& in) override;
   at::Tensor forward_hidden(const MultimodalInputs& in) override;
   bool has_vision() const override { return true; }
+  // CausalLM's, and a context-parallel rank's positions and feature rows (context_parallel_prepare).
+  std::vector<std::string> optional_fields() const override;
+  std::vector<int64_t> image_placeholder(int64_t features) const override;
   // transformers >= 4.52 saves model.visual.* and model.language_model.*: read as visual.* and model.*.
   std::string parameter_name(const std::string& checkpoint_name) const override;
   std::string hf_module_path(const std::string& name) const override;
@@ -69,8 +76,8 @@ class Qwen2VLForConditionalGeneration : public Qwen2ForCausalLM {
     return vl_config.qwen2_5 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration";
   }
 
-  // The (t, h, w) positions [3, B, S] of a batch: get_rope_index over each row, or over each
-  // packed sample (positions restart per sample, as when it runs alone).
+  // The (t, h, w) positions [3, B, S] of a batch: in.mrope_position_ids when given (a cp rank's
+  // share), else qwen2vl_mrope_positions.
   at::Tensor mrope_positions(const MultimodalInputs& in) const;
 
   Qwen2VLConfig vl_config;

@@ -27,7 +27,8 @@ std::optional<ActivationEstimate> Qwen2VLForConditionalGeneration::estimate_acti
   ActivationEstimate e;
   if (patches > 0) {
     const int64_t E = v.embed_dim, heads = v.num_heads / t, unit = v.spatial_merge_size * v.spatial_merge_size;
-    // Context parallel: the tower's blocks run on this rank's share of the patches (the layout's,
+    // Context parallel (the batch is this rank's share of the tokens, the pixels whole): the
+    // tower's blocks run on this rank's share of the patches (the layout's,
     // or a ring where the heads do not split over its Ulysses degree), embedded from its pixel
     // rows alone; the rotary tables are made whole and cut, the blocks' output gathered whole.
     int64_t uv = q.cp_ulysses, rv = q.cp_ring;
@@ -35,7 +36,7 @@ std::optional<ActivationEstimate> Qwen2VLForConditionalGeneration::estimate_acti
       uv = 1;
       rv = q.cp_size();
     }
-    const bool cut = q.cp_inside && q.cp_size() > 1;
+    const bool cut = q.cp_size() > 1;
     const int64_t mine = cut ? MemoryQuery::cp_share(patches, uv, rv) : patches;
     int64_t block = 0;
     if (v.qwen2_5) {
@@ -74,7 +75,7 @@ std::optional<ActivationEstimate> Qwen2VLForConditionalGeneration::estimate_acti
     e.before += embeds;
     e.notes.emplace_back("text embeddings (and with the vision features placed)", embeds);
   }
-  estimate_decoder(e, B, S, host.has(data::kSegmentIds), /*embeddings=*/false, q);
+  estimate_decoder(e, B, S, host.has(data::kSegmentIds), /*embeddings=*/false, q, "", host.has(data::kAttentionMask));
   return e;
 }
 
