@@ -202,6 +202,12 @@ int run_inspect() {
   for (auto& e : errors)
     if (!e.empty() && shown++ < 20) std::printf("  %s\n", e.c_str());
   if (shown > 20) std::printf("  ... and %d more\n", shown - 20);
+  std::fflush(stdout);
+  // The report is on stdout; a file with bad samples (or none at all) also fails, so a script
+  // or CI step that inspects a dataset stops on it.
+  const int64_t total = static_cast<int64_t>(n + f.bad.size());
+  if (total == 0) throw Error(cat("data: ", args.file, ": holds no records"));
+  if (bad > 0) throw Error(cat("data: ", args.file, ": ", bad, " of ", total, " samples are bad (listed above)"));
   return 0;
 }
 

@@ -7,6 +7,7 @@
 //       given by --tokenizer)
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,8 @@
 #include "mindspeed_mm/data/tokenizer/pretrained_tokenizer.h"
 #include "mindspeed_mm/data/tokenizer/word_unigram.h"
 #include "mindspeed_mm/models/umt5/umt5.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace mm::cli {
 namespace {
@@ -26,6 +29,7 @@ struct InitArgs {
 } args;
 
 int run_init_tokenizer() {
+  if (const std::string why = file_problem(args.captions); !why.empty()) throw Error(cat("init: ", args.captions, ": ", why));
   std::ifstream in(args.captions);
   if (!in) throw Error(cat("init: ", args.captions, ": cannot open"));
   std::vector<std::string> captions;
@@ -57,12 +61,16 @@ int run_init_text_encoder() {
   try {
     j = nlohmann::json::parse(args.config);
   } catch (const nlohmann::json::exception&) {
-    std::ifstream f(args.config);
-    if (!f) throw ConfigError(cat("config: --config ", args.config, ": neither JSON nor a readable file"));
+    const std::optional<std::string> text = read_file_bytes(args.config);
+    if (!text) {
+      const std::string p = file_problem(args.config);
+      throw ConfigError(cat("config: --config ", args.config, ": neither JSON nor a readable file",
+                            p.empty() ? "" : cat(" (", p, ")")));
+    }
     try {
-      j = nlohmann::json::parse(f);
+      j = nlohmann::json::parse(*text);
     } catch (const nlohmann::json::exception& e) {
-      throw ConfigError(cat("config: ", args.config, ": not JSON (", e.what(), ")"));
+      throw ConfigError(cat("config: ", args.config, ": not JSON (", json_error_text(e.what()), ")"));
     }
   }
   if (!j.is_object()) throw ConfigError("config: --config must be a JSON object of umT5 config.json fields");

@@ -13,6 +13,7 @@
 #include "mindspeed_mm/config/megatron_flags.h"
 #include "mindspeed_mm/core/allocator.h"
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
 
 int main(int argc, char** argv) {
   mm::configure_host_allocator();
@@ -52,16 +53,23 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(av.size()), av.data());
     return mm::cli::run_selected(app);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and exit 0; a usage mistake is one line and exit 2 (a
+    // configuration error), not CLI11's own code and "Run with --help" line.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    std::fprintf(stderr, "error: %s (mm %s--help lists the options)\n", what.c_str(),
+                 argc > 1 && argv[1][0] != '-' ? (std::string(argv[1]) + " ").c_str() : "");
+    return 2;
   } catch (const mm::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", mm::one_line(e.what()).c_str());
     return e.exit_code();
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
-    std::fprintf(stderr, "error: %s\n", msg.substr(0, msg.find('\n')).c_str());
+    std::fprintf(stderr, "error: %s\n", mm::one_line(msg.substr(0, msg.find('\n'))).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", mm::one_line(e.what()).c_str());
     return 1;
   }
 }

@@ -22,6 +22,7 @@
 #include "mindspeed_mm/data/media/video_writer.h"
 #include "mindspeed_mm/inference/wan_pipeline.h"
 #include "mindspeed_mm/training/lora.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace fs = std::filesystem;
 
@@ -36,6 +37,7 @@ struct SampleArgs {
 } args;
 
 std::vector<std::string> read_prompts(const std::string& path) {
+  if (const std::string why = file_problem(path); !why.empty()) throw Error(cat("sample: ", path, ": ", why));
   std::ifstream in(path);
   if (!in) throw Error(cat("sample: ", path, ": cannot open the prompt file"));
   std::vector<std::string> out;

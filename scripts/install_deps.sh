@@ -21,6 +21,7 @@ PACKAGES=(
   zlib1g-dev dataset-fashion-mnist
   libcairo2-dev                 # mm report draws its plots (SVG for the page, PNG copies)
   chromium                      # the report's browser test (headless)
+  clang-16 libclang-rt-16-dev   # libFuzzer + AddressSanitizer for tests/fuzz (make test runs the harnesses)
 )
 
 missing=()

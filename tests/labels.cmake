@@ -13,7 +13,7 @@ set(_mm_dist_tests FlowMatchingTrain.FsdpDdpAndRecomputeEqualOneProcess
     FlowMatchingTrain.TensorAndPipelineParallelEqualOneProcess ContextParallel.AttentionEqualsOneProcess
     ContextParallel.VisionTowerEqualsOneProcess
     FlowMatchingTrain.ContextParallelEqualsOneProcess)
-set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
+set(_mm_e2e_suites TrainE2E MllmE2E QuickstartVL Cli CliContract TokenizeCli FashionMnist Eval ExtractFeatures MovingFashionMnist
     WanVAETrain LatentStats Judge QuickstartVideo Convert Profile Report Memory ChunkedLoss)
 set(_mm_e2e_tests Flops.FullSizeExamplesPrintTheOfficialParameterCounts ModelCore.ObjectiveAndDatasetAreRegistrations
     FlowMatchingTrain.TinyWanDiTLearnsAndResumesBitwise)

@@ -144,7 +144,7 @@ HFWeights::HFWeights(const std::string& dir_or_file) : source_(dir_or_file) {
     try {
       index = nlohmann::ordered_json::parse(read_text(index_path_));
     } catch (const nlohmann::json::exception& e) {
-      fail(index_path_, cat("not valid JSON (", e.what(), ")"));
+      fail(index_path_, cat("not valid JSON (", json_error_text(e.what()), ")"));
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
       fail(index_path_, "no \"weight_map\" object");

@@ -18,6 +18,7 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/torch_compat.h"
+#include "mindspeed_mm/core/strings.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors IO assumes a little-endian host (the format is little-endian)"
@@ -187,7 +188,7 @@ ojson parse_header(const std::string& path, const char* begin, const char* end) 
   try {
     h = ojson::parse(begin, end, cb);
   } catch (const nlohmann::json::exception& e) {
-    fail(path, cat("header is not valid JSON (", e.what(), ")"));
+    fail(path, cat("header is not valid JSON (", json_error_text(e.what()), ")"));
   }
   if (!h.is_object()) fail(path, cat("header is not a JSON object (got ", h.type_name(), ")"));
   if (dup && dup_owner.empty()) fail(path, cat("duplicate tensor name \"", dup_key, "\" in header"));
@@ -198,8 +199,8 @@ ojson parse_header(const std::string& path, const char* begin, const char* end) 
 // A non-negative JSON integer, or an error naming what it is.
 uint64_t json_uint(const std::string& path, const std::string& name, const ojson& v, const char* what) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) fail_tensor(path, name, cat("negative ", what, " ", v.dump()));
-  fail_tensor(path, name, cat("non-integer ", what, " ", v.dump()));
+  if (v.is_number_integer()) fail_tensor(path, name, cat("negative ", what, " ", printable(v.dump())));
+  fail_tensor(path, name, cat("non-integer ", what, " ", printable(v.dump())));
 }
 
 TensorInfo parse_entry(const std::string& path, const std::string& name, const ojson& e) {
@@ -209,24 +210,24 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const o
 
   TensorInfo ti{};
   const ojson& dt = e["dtype"];
-  if (!dt.is_string()) fail_tensor(path, name, cat("\"dtype\" is not a string (got ", dt.dump(), ")"));
+  if (!dt.is_string()) fail_tensor(path, name, cat("\"dtype\" is not a string (got ", printable(dt.dump()), ")"));
   if (!lookup_dtype(dt.get<std::string>(), &ti.dtype))
-    fail_tensor(path, name, cat("unknown dtype ", dt.dump()));
+    fail_tensor(path, name, cat("unknown dtype ", printable(dt.dump())));
 
   const ojson& shape = e["shape"];
-  if (!shape.is_array()) fail_tensor(path, name, cat("\"shape\" is not an array (got ", shape.dump(), ")"));
+  if (!shape.is_array()) fail_tensor(path, name, cat("\"shape\" is not an array (got ", printable(shape.dump()), ")"));
   uint64_t nbytes = elem_size(ti.dtype);
   for (const auto& d : shape) {
     uint64_t dim = json_uint(path, name, d, "dimension");
     if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
         __builtin_mul_overflow(nbytes, dim, &nbytes))
-      fail_tensor(path, name, cat("shape ", shape.dump(), " is too large"));
+      fail_tensor(path, name, cat("shape ", printable(shape.dump()), " is too large"));
     ti.shape.push_back(static_cast<int64_t>(dim));
   }
 
   const ojson& off = e["data_offsets"];
   if (!off.is_array() || off.size() != 2)
-    fail_tensor(path, name, cat("\"data_offsets\" must be 2 non-negative integers (got ", off.dump(), ")"));
+    fail_tensor(path, name, cat("\"data_offsets\" must be 2 non-negative integers (got ", printable(off.dump()), ")"));
   ti.begin = json_uint(path, name, off[0], "data offset");
   ti.end = json_uint(path, name, off[1], "data offset");
   if (ti.begin > ti.end) fail_tensor(path, name, cat("data_offsets begin ", ti.begin, " > end ", ti.end));
@@ -261,7 +262,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), map
       if (!v.is_object()) fail(path, cat("__metadata__ is not a JSON object (got ", v.type_name(), ")"));
       for (const auto& m : v.items()) {
         if (!m.value().is_string())
-          fail(path, cat("__metadata__ value for \"", m.key(), "\" is not a string (got ", m.value().dump(), ")"));
+          fail(path, cat("__metadata__ value for \"", m.key(), "\" is not a string (got ", printable(m.value().dump()), ")"));
         metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -398,7 +399,7 @@ void save_safetensors_streamed(const std::string& path, const std::vector<Tensor
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    fail(path, cat("a tensor name or metadata string is not valid UTF-8 (", e.what(), ")"));
+    fail(path, cat("a tensor name or metadata string is not valid UTF-8 (", json_error_text(e.what()), ")"));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data section 8-byte aligned
   const uint64_t header_len = text.size();

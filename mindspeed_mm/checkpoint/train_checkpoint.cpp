@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +19,7 @@
 #include "mindspeed_mm/checkpoint/safetensors.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/file_io.h"
+#include "mindspeed_mm/core/strings.h"
 
 namespace fs = std::filesystem;
 
@@ -33,8 +35,8 @@ std::string read_text(const std::string& path) {
 nlohmann::json read_json(const std::string& path) {
   try {
     return nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(cat("checkpoint: '", path, "' is not valid JSON (", e.what(), ")"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("checkpoint: '", path, "' is not valid JSON (", json_error_text(e.what()), ")"));
   }
 }
 
@@ -191,6 +193,9 @@ std::string resolve_resume_dir(const std::string& resume, const std::string& sav
     if (!fs::exists(latest)) return "";
     std::string name = read_text(latest.string());
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || printable(name) != name)
+      throw Error(cat("checkpoint: '", latest.string(), "' does not name a checkpoint folder (it holds '",
+                      printable(name, 40), "'; expected iter_NNNNNNN)"));
     fs::path dir = fs::path(save_dir) / name;
     if (!fs::is_directory(dir))
       throw Error(cat("checkpoint: '", latest.string(), "' names '", name, "', which does not exist"));
@@ -198,6 +203,18 @@ std::string resolve_resume_dir(const std::string& resume, const std::string& sav
   }
   if (!fs::is_directory(resume)) throw Error(cat("checkpoint: training.resume '", resume, "' is not a directory"));
   return resume;
+}
+
+std::string first_checkpoint_in(const std::string& save_dir) {
+  std::error_code ec;
+  if (save_dir.empty() || !fs::is_directory(save_dir, ec)) return "";
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(save_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("iter_", 0) == 0 && e.is_directory(ec)) found.push_back(n);
+  }
+  std::sort(found.begin(), found.end());
+  return found.empty() ? "" : found.front();
 }
 
 void load_model_weights(mm::nn::Module& model, const std::string& source, const std::vector<std::string>& ignorable,
@@ -308,7 +325,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
         entries_[kind][key] = std::move(entry);
       }
   } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("checkpoint: ", meta_path.string(), ": ", e.what()));
+    throw Error(cat("checkpoint: ", meta_path.string(), ": ", json_error_text(e.what())));
   }
 }
 
@@ -541,7 +558,7 @@ TrainState CheckpointReader::train_state() const {
     s.sampler = js.at("sampler");
     s.config_yaml = js.value("config", "");
   } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("checkpoint: ", dir_, "/train_state.json: ", e.what()));
+    throw Error(cat("checkpoint: ", dir_, "/train_state.json: ", json_error_text(e.what())));
   }
   return s;
 }

@@ -97,6 +97,10 @@ bool is_sharded_checkpoint(const std::string& dir);
 // (an error if it does not exist).
 std::string resolve_resume_dir(const std::string& resume, const std::string& save_dir);
 
+// The first iter_* checkpoint folder in save_dir ("" when none): a fresh run (no resume) refuses a
+// save_dir that holds one rather than overwrite it.
+std::string first_checkpoint_in(const std::string& save_dir);
+
 // Reads a checkpoint folder of either layout.
 class CheckpointReader {
  public:

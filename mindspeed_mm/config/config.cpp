@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "mindspeed_mm/core/file_io.h"
+
 namespace mm::config {
 namespace {
 
@@ -57,11 +59,11 @@ Config parse_config(const std::string& yaml_text, const std::string& name, const
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, bool for_training) {
-  std::ifstream f(path);
-  if (!f) throw ConfigError(cat("config: cannot read '", path, "'"));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  Config c = parse_config(ss.str(), std::filesystem::path(path).filename().string(), overrides, for_training);
+  const std::optional<std::string> text = read_file_bytes(path);
+  if (!text) throw ConfigError(cat("config: ", path, ": ", unreadable_reason(path)));
+  if (text->find_first_not_of(" \t\r\n") == std::string::npos)
+    throw ConfigError(cat("config: ", path, ": empty (a config holds at least its data and model sections)"));
+  Config c = parse_config(*text, std::filesystem::path(path).filename().string(), overrides, for_training);
   c.source_file = path;
   return c;
 }

@@ -10,6 +10,7 @@
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/sampler.h"
+#include "mindspeed_mm/core/strings.h"
 
 namespace fs = std::filesystem;
 
@@ -105,7 +106,7 @@ struct FeatureSet {
     try {
       index = nlohmann::json::parse(ss.str());
     } catch (const nlohmann::json::exception& e) {
-      throw Error(cat("data: ", index_path, ": not valid JSON (", e.what(), ")"));
+      throw Error(cat("data: ", index_path, ": not valid JSON (", json_error_text(e.what()), ")"));
     }
     if (!index.contains("metadata") || index["metadata"].value("format", "") != "mm-features" ||
         !index["metadata"].contains("samples") || !index["metadata"]["samples"].is_number_integer())

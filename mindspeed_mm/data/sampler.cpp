@@ -5,6 +5,7 @@
 #include <string>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
 
 namespace mm::data {
 
@@ -131,7 +132,7 @@ void ResumableSampler::load_state(const nlohmann::json& s) {
     epoch_ = epoch;
     position_ = world == world_ ? position : std::min(consumed / world_, per_epoch());
   } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("sampler state: malformed field (", e.what(), ") in ", s.dump()));
+    throw Error(cat("sampler state: malformed field (", json_error_text(e.what()), ") in ", s.dump()));
   }
 }
 

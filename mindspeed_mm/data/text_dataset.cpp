@@ -15,6 +15,7 @@
 #include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/sampler.h"
+#include "mindspeed_mm/core/strings.h"
 
 namespace mm::data {
 namespace fs = std::filesystem;
@@ -114,7 +115,7 @@ int64_t read_jsonl(const fs::path& path, std::string_view text, const std::strin
     try {
       arr = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(cat("data: '", path.string(), "' starts with '[' but is not valid JSON: ", e.what()));
+      throw Error(cat("data: '", path.string(), "' starts with '[' but is not valid JSON: ", json_error_text(e.what())));
     }
     for (size_t i = 0; i < arr.size() && !sink.full(); ++i) {
       std::string why;

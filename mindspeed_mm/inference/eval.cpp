@@ -256,6 +256,7 @@ EvalReport evaluate(models::CausalLM& model, const data::SampleEncoder& encoder,
       if (options.loss) {
         data::Batch b =
             data::batch_to_device(data::collate_samples({encoder.encode(rec)}, {false, 1, encoder.pad_id()}), device);
+        check_token_ids(b.require(data::kInputIds), model.vocab_size(), rec.source);
         models::CrossEntropySum ce =
             models::lm_cross_entropy_sum(model.forward(b)[models::kLogits], b.require(data::kLabels));
         r.s.loss = ce.sum.item<double>();

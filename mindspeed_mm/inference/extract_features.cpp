@@ -14,6 +14,8 @@
 #include "mindspeed_mm/data/features.h"
 #include "mindspeed_mm/data/media/video_clip.h"
 #include "mindspeed_mm/data/media/video.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace mm::inference {
 
@@ -122,13 +124,14 @@ LatentStats latent_stats(const models::AutoencoderKLWan& vae, const std::string&
 
 void write_latent_stats(const std::string& vae_dir, const LatentStats& stats) {
   const std::string path = vae_dir + "/config.json";
+  if (const std::string why = file_problem(path); !why.empty()) throw Error(cat("data: ", path, ": ", why));
   std::ifstream in(path);
   if (!in) throw Error(cat("data: ", path, ": cannot open"));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("data: ", path, ": not JSON (", e.what(), ")"));
+    throw Error(cat("data: ", path, ": not JSON (", json_error_text(e.what()), ")"));
   }
   j["latents_mean"] = stats.mean;
   j["latents_std"] = stats.std;

@@ -63,6 +63,15 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
+void check_token_ids(const at::Tensor& ids, int64_t vocab_size, const std::string& what) {
+  if (!ids.defined() || ids.numel() == 0) return;
+  const at::Tensor flat = ids.to(at::kCPU, at::kLong).flatten();
+  const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab_size)
+    throw Error(cat(what, ": token id ", lo < 0 ? lo : hi, " is outside the model's vocabulary of ", vocab_size,
+                    " (the tokenizer or chat template does not match the model)"));
+}
+
 Generation generate(models::CausalLM& model, const models::MultimodalInputs& prompt, const SamplingOptions& o,
                     const std::function<bool(const std::vector<int64_t>&)>& stop,
                     const std::function<void(int64_t)>& on_token) {
@@ -72,6 +81,7 @@ Generation generate(models::CausalLM& model, const models::MultimodalInputs& pro
   at::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   const at::Tensor prompt_ids = prompt.input_ids.to(at::kCPU, at::kLong).contiguous();
+  check_token_ids(prompt_ids, model.vocab_size(), "generate: the prompt");
   // The prompt goes to the model's device; grids stay on the host (sizes the model reads there).
   at::Device device = at::kCPU;
   for (auto& p : model.parameters()) {

@@ -48,6 +48,10 @@ int64_t choose_next_token(const at::Tensor& logits, const std::vector<int64_t>& 
 // where top-k / top-p removed a token (greedy: the penalised logits). For tests and `--explain`.
 at::Tensor processed_logits(const at::Tensor& logits, const std::vector<int64_t>& context, const SamplingOptions& o);
 
+// Every id in `ids` (any shape, any device) is a row of the model's embedding table; else an
+// Error naming `what` (a tokenizer that does not match the model), never an index error inside it.
+void check_token_ids(const at::Tensor& ids, int64_t vocab_size, const std::string& what);
+
 // prompt.input_ids [1, S] (one sequence). stop(tokens) may end generation early (e.g. a stop
 // string); on_token(token) streams each accepted token.
 Generation generate(models::CausalLM& model, const models::MultimodalInputs& prompt, const SamplingOptions& o,

@@ -47,7 +47,8 @@ LoadedModel load_model(const std::string& path, at::Device device) {
     auto bytes = read_file_bytes(state.string());
     MM_CHECK(bytes, "model: cannot read ", state.string());
     nlohmann::json j = nlohmann::json::parse(*bytes, nullptr, false);
-    if (!j.is_discarded() && j.contains("config") && j.at("config").is_string())
+    MM_CHECK(!j.is_discarded() && j.is_object(), "model: ", state.string(), ": not a JSON object (a training checkpoint's state)");
+    if (j.contains("config") && j.at("config").is_string())
       out.train_config = j.at("config").get<std::string>();
   }
   return out;

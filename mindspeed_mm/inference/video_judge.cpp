@@ -13,6 +13,8 @@
 #include "mindspeed_mm/data/fashion_mnist.h"
 #include "mindspeed_mm/data/media/video.h"
 #include "mindspeed_mm/data/moving_fashion_mnist.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace fs = std::filesystem;
 
@@ -143,6 +145,7 @@ ClipVerdict FashionJudge::judge_frames(const at::Tensor& frames_in) const {
 }
 
 JudgeReport FashionJudge::judge_jsonl(const std::string& path) const {
+  if (const std::string why = file_problem(path); !why.empty()) throw Error(cat("judge: ", path, ": ", why));
   std::ifstream in(path);
   if (!in) throw Error(cat("judge: ", path, ": cannot open"));
   JudgeReport r;
@@ -157,7 +160,7 @@ JudgeReport FashionJudge::judge_jsonl(const std::string& path) const {
     try {
       rec = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(cat("judge: ", where, ": not JSON (", e.what(), ")"));
+      throw Error(cat("judge: ", where, ": not JSON (", json_error_text(e.what()), ")"));
     }
     if (!rec.is_object() || !rec.contains("path") || !rec["path"].is_string())
       throw Error(cat("judge: ", where, ": a record needs a \"path\" string"));

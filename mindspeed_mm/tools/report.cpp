@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -43,7 +44,9 @@ RunRecord load_run(const std::string& path) {
     r.name = fs::path(path).stem().string();
   }
   const auto bytes = read_file_bytes(metrics);
-  if (!bytes) throw Error(cat(metrics, ": no metrics file (a run's save_dir holds metrics.jsonl)"));
+  if (!bytes)
+    throw Error(cat(metrics, ": ", fs::exists(metrics) ? unreadable_reason(metrics) : "no metrics file",
+                    " (a run's save_dir holds metrics.jsonl)"));
   std::istringstream in(*bytes);
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
@@ -59,7 +62,10 @@ RunRecord load_run(const std::string& path) {
     for (const auto& [key, value] : j.items())
       if (key != "iter" && value.is_number() && std::isfinite(value.get<double>())) r.series[key].emplace_back(it, value.get<double>());
   }
-  if (auto text = read_file_bytes(info.string())) {
+  if (r.series.empty()) throw Error(cat(metrics, ": no training records (lines with \"iter\")"));
+  std::optional<std::string> text = read_file_bytes(info.string());
+  if (!text && fs::exists(info)) throw Error(cat(info.string(), ": ", unreadable_reason(info.string())));
+  if (text) {
     try {
       const nlohmann::json j = nlohmann::json::parse(*text);
       r.config_yaml = j.value("config_yaml", std::string());

@@ -266,7 +266,7 @@ config::LoraConfig read_peft_adapter_config(const std::string& dir) {
     if (j.contains("modules_to_save") && j.at("modules_to_save").is_array())
       c.modules_to_save = j.at("modules_to_save").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    fail(e.what());
+    fail(json_error_text(e.what()));
   }
   if (c.rank <= 0 || c.target.empty()) fail("r must be > 0 and target_modules non-empty");
   return c;

@@ -174,7 +174,13 @@ Run::Run(const config::Config& cfg)
     };
   batches_ = std::make_unique<DevicePrefetcher>(*data_.train, device_,
                                                 device_.is_cuda() ? tc_.gradient_accumulation_steps : 0, shard);
-  if (std::string dir = checkpoint::resolve_resume_dir(tc_.resume, tc_.save_dir); !dir.empty()) resume(dir);
+  if (std::string dir = checkpoint::resolve_resume_dir(tc_.resume, tc_.save_dir); !dir.empty()) {
+    resume(dir);
+  } else if (const std::string old = checkpoint::first_checkpoint_in(tc_.save_dir); !old.empty()) {
+    throw ConfigError(cat("config: training.save_dir ", tc_.save_dir, ": already holds checkpoint ", old,
+                          tc_.resume == "auto" ? " but no 'latest' file" : "",
+                          "; training.resume=auto continues it, or choose another save_dir (nothing was overwritten)"));
+  }
   dp_->broadcast_parameters();  // DDP: identical starting weights, whatever each rank loaded
   state_.sampler = batches_->state();  // a run that takes no step still saves a resumable state
   start_iteration_ = state_.iteration;

@@ -85,7 +85,7 @@ TEST(Cli, ConfigErrorsExitWithCode2AndOneLine) {
 
   r = run_command(mm::test::mm_binary() + " train " + dir + "/missing.yaml");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.output, "error: config: cannot read '" + dir + "/missing.yaml'\n");
+  EXPECT_EQ(r.output, "error: config: " + dir + "/missing.yaml: no such file\n");
 }
 
 TEST(Cli, RuntimeErrorsExitWithCode1) {

@@ -224,7 +224,9 @@ TEST(MllmE2E, DataCommands) {
   const std::string data = make_dataset(dir, 20, {{3, "img-garbage"}, {9, "json"}});
   const std::string mm = mm::test::mm_binary();
   auto r = run_command(mm + " data inspect " + data);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 1) << r.output;  // the report, then an error: bad samples fail the check
+  EXPECT_NE(r.output.find("error: data: " + data + ": 2 of 20 samples are bad (listed above)"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("20 records (1 malformed)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bad samples: 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("media/3.png"), std::string::npos) << r.output;
@@ -237,6 +239,7 @@ TEST(MllmE2E, DataCommands) {
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("wrote 1 samples"), std::string::npos) << c.output;
   auto i2 = run_command(mm + " data inspect " + dir + "/llava.jsonl");
+  EXPECT_EQ(i2.exit_code, 0) << i2.output;
   EXPECT_NE(i2.output.find("bad samples: 0"), std::string::npos) << i2.output;
   auto bad = run_command(mm + " data inspect " + dir + "/nope.jsonl");
   EXPECT_EQ(bad.exit_code, 1);

@@ -196,7 +196,7 @@ TEST(SentencePiece, MissingAndCorruptModelFilesAreErrorsNamingThePath) {
   mm::test::write_file(corrupt, noise);
   msg = error_of(corrupt);
   EXPECT_NE(msg.find(corrupt), std::string::npos) << msg;
-  EXPECT_NE(msg.find("not a valid SentencePiece model"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("SentencePiece model"), std::string::npos) << msg;
   std::cout << "[sentencepiece] random bytes: " << msg << "\n";
 
   std::string empty = dir + "/empty.model";

@@ -325,6 +325,7 @@ std::optional<std::pair<int, int>> header_size(std::string_view b) {
 }  // namespace
 
 std::pair<int, int> probe_image_size(const std::string& path) {
+  if (const std::string why = file_problem(path); !why.empty()) throw Error(cat(path, ": ", why));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(cat(path, ": cannot open image"));
   std::string head(1 << 16, '\0');

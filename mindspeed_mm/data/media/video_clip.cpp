@@ -10,6 +10,8 @@
 #include "mindspeed_mm/core/logging.h"
 #include "mindspeed_mm/data/media/image_resize.h"
 #include "mindspeed_mm/data/media/video.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace mm::data {
 
@@ -49,6 +51,7 @@ at::Tensor load_video_clip(const std::string& path, int64_t height, int64_t widt
 
 std::vector<VideoRecord> read_video_records(const std::string& jsonl, const std::string& media_root, int64_t* skipped) {
   namespace fs = std::filesystem;
+  if (const std::string why = file_problem(jsonl); !why.empty()) throw Error(cat("data: ", jsonl, ": ", why));
   std::ifstream in(jsonl);
   if (!in) throw Error(cat("data: ", jsonl, ": cannot open"));
   const fs::path root = media_root.empty() ? fs::path(jsonl).parent_path() : fs::path(media_root);
@@ -62,7 +65,7 @@ std::vector<VideoRecord> read_video_records(const std::string& jsonl, const std:
     try {
       r = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      log::warn("data: skipped ", where, ": not valid JSON (", e.what(), ")");
+      log::warn("data: skipped ", where, ": not valid JSON (", json_error_text(e.what()), ")");
       if (skipped) ++*skipped;
       continue;
     }

@@ -10,8 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string_view>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/file_io.h"
 #include "mindspeed_mm/data/text_dataset.h"
 
 namespace fs = std::filesystem;
@@ -30,7 +33,8 @@ struct MllmRecordIndex::Mapping {
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'M', 'R', 'I', 'D', 'X', '0', '1'};
+// 02: the header holds a checksum of everything after it (a cache is trusted only when it matches).
+constexpr char kMagic[8] = {'M', 'M', 'R', 'I', 'D', 'X', '0', '2'};
 
 uint64_t fnv(uint64_t h, std::string_view s) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ULL;
@@ -64,37 +68,57 @@ size_t value_end(const char* t, size_t pos, size_t size) {
 }
 
 template <class T>
-void put(std::ofstream& out, const T& v) {
-  out.write(reinterpret_cast<const char*>(&v), sizeof(T));
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 template <class T>
-void put_vec(std::ofstream& out, const std::vector<T>& v) {
-  if (!v.empty()) out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+void put_vec(std::string& out, const std::vector<T>& v) {
+  if (!v.empty()) out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
-void put_str(std::ofstream& out, const std::string& s) {
+void put_str(std::string& out, const std::string& s) {
   put(out, static_cast<uint32_t>(s.size()));
-  out.write(s.data(), static_cast<std::streamsize>(s.size()));
+  out += s;
 }
-template <class T>
-bool get(std::ifstream& in, T& v) {
-  return static_cast<bool>(in.read(reinterpret_cast<char*>(&v), sizeof(T)));
-}
-template <class T>
-bool get_vec(std::ifstream& in, std::vector<T>& v, uint64_t n) {
-  v.resize(n);
-  return n == 0 || static_cast<bool>(in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T))));
-}
-bool get_str(std::ifstream& in, std::string& s) {
-  uint32_t n = 0;
-  if (!get(in, n) || n > (1u << 20)) return false;
-  s.resize(n);
-  return n == 0 || static_cast<bool>(in.read(s.data(), n));
+
+// Reads the cache body front to back; every read is bounds-checked (false past the end).
+struct BodyReader {
+  std::string_view body;
+  size_t pos = 0;
+  template <class T>
+  bool get(T& v) {
+    if (body.size() - pos < sizeof(T)) return false;
+    std::memcpy(&v, body.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return true;
+  }
+  template <class T>
+  bool get_vec(std::vector<T>& v, uint64_t n) {
+    if (n > (body.size() - pos) / sizeof(T)) return false;  // before allocating: n comes from the file
+    v.resize(n);
+    if (n) std::memcpy(v.data(), body.data() + pos, n * sizeof(T));
+    pos += n * sizeof(T);
+    return true;
+  }
+  bool get_str(std::string& s) {
+    uint32_t n = 0;
+    if (!get(n) || n > body.size() - pos) return false;
+    s.assign(body.data() + pos, n);
+    pos += n;
+    return true;
+  }
+};
+
+uint64_t checksum(std::string_view bytes) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (const unsigned char c : bytes) h = (h ^ c) * 0x100000001B3ULL;
+  return h;
 }
 
 struct Header {
   uint64_t settings = 0, file_size = 0;
   int64_t mtime_ns = 0;
   uint64_t array = 0, good = 0, skips = 0, bad = 0;
+  uint64_t checksum = 0;  // of the body: every byte after the header
 };
 
 std::string cache_path(const std::string& path) { return path + ".mmidx"; }
@@ -266,24 +290,47 @@ int64_t MllmRecordIndex::resident_bytes() const {
                               hashes_.capacity() * 8);
 }
 
+// The cache is another file a user's disk can corrupt: it is used only when its checksum, its
+// settings, the data file's size and mtime all match, and every offset, length and count it holds
+// fits the data file; otherwise the file is scanned again. Nothing is kept from a rejected cache.
 bool MllmRecordIndex::load_cache(uint64_t settings) {
-  std::ifstream in(cache_path(path_), std::ios::binary);
-  if (!in) return false;
-  char magic[sizeof(kMagic)];
+  const std::optional<std::string> bytes = read_file_bytes(cache_path(path_));
   Header h;
-  if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0 || !get(in, h)) return false;
-  if (h.settings != settings || h.file_size != file_size_ || h.mtime_ns != mtime_ns_) return false;
-  array_ = h.array != 0;
-  if (!get_vec(in, offsets_, h.good) || (array_ && !get_vec(in, lengths_, h.good))) return false;
-  skips_.resize(h.skips);
-  for (auto& s : skips_)
-    if (!get(in, s.first) || !get(in, s.second)) return false;
-  in.seekg(static_cast<std::streamoff>(h.good * 8), std::ios::cur);  // the hashes: read when splitting
-  bad_.resize(h.bad);
-  for (auto& b : bad_)
-    if (!get_str(in, b.source) || !get_str(in, b.reason)) return false;
-  for (uint64_t o : offsets_)
-    if (o >= file_size_) return false;
+  if (!bytes || bytes->size() < sizeof(kMagic) + sizeof(Header) ||
+      std::memcmp(bytes->data(), kMagic, sizeof(kMagic)) != 0)
+    return false;
+  std::memcpy(&h, bytes->data() + sizeof(kMagic), sizeof(Header));
+  const std::string_view body = std::string_view(*bytes).substr(sizeof(kMagic) + sizeof(Header));
+  if (h.settings != settings || h.file_size != file_size_ || h.mtime_ns != mtime_ns_ || h.array > 1 ||
+      h.checksum != checksum(body))
+    return false;
+  BodyReader in{body};
+  std::vector<uint64_t> offsets;
+  std::vector<uint32_t> lengths;
+  std::vector<std::pair<int64_t, int64_t>> skips;
+  std::vector<BadRecord> bad;
+  const bool array = h.array != 0;
+  if (!in.get_vec(offsets, h.good) || (array && !in.get_vec(lengths, h.good))) return false;
+  if (h.skips > (body.size() - in.pos) / 16) return false;
+  skips.resize(h.skips);
+  for (auto& sk : skips)
+    if (!in.get(sk.first) || !in.get(sk.second) || sk.first < 0 || sk.second < 0) return false;
+  if (h.good > (body.size() - in.pos) / 8) return false;
+  in.pos += h.good * 8;  // the hashes: read when splitting
+  if (h.bad > (body.size() - in.pos) / 8) return false;
+  bad.resize(h.bad);
+  for (auto& b : bad)
+    if (!in.get_str(b.source) || !in.get_str(b.reason)) return false;
+  if (in.pos != body.size()) return false;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    if (offsets[i] >= file_size_ || (i > 0 && offsets[i] <= offsets[i - 1])) return false;
+    if (array && lengths[i] > file_size_ - offsets[i]) return false;
+  }
+  array_ = array;
+  offsets_ = std::move(offsets);
+  lengths_ = std::move(lengths);
+  skips_ = std::move(skips);
+  bad_ = std::move(bad);
   from_cache_ = true;
   return true;
 }
@@ -294,20 +341,23 @@ void MllmRecordIndex::write_cache(uint64_t settings) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return;  // a read-only folder: the next open scans again
-    out.write(kMagic, sizeof(kMagic));
-    Header h{settings, file_size_, mtime_ns_, array_ ? 1u : 0u, offsets_.size(), skips_.size(), bad_.size()};
-    put(out, h);
-    put_vec(out, offsets_);
-    if (array_) put_vec(out, lengths_);
-    for (const auto& s : skips_) {
-      put(out, s.first);
-      put(out, s.second);
+    std::string body;
+    put_vec(body, offsets_);
+    if (array_) put_vec(body, lengths_);
+    for (const auto& sk : skips_) {
+      put(body, sk.first);
+      put(body, sk.second);
     }
-    put_vec(out, hashes_);
+    put_vec(body, hashes_);
     for (const auto& b : bad_) {
-      put_str(out, b.source);
-      put_str(out, b.reason);
+      put_str(body, b.source);
+      put_str(body, b.reason);
     }
+    const Header h{settings, file_size_, mtime_ns_, array_ ? 1u : 0u, offsets_.size(), skips_.size(), bad_.size(),
+                   checksum(body)};
+    out.write(kMagic, sizeof(kMagic));
+    out.write(reinterpret_cast<const char*>(&h), sizeof(h));
+    out.write(body.data(), static_cast<std::streamsize>(body.size()));
     if (!out.flush()) {
       out.close();
       fs::remove(tmp);

@@ -146,6 +146,11 @@ SentencePieceModel SentencePieceModel::parse(const std::string& data, const std:
     }
   }
   if (m.pieces.empty()) throw Error(cat(source, ": not a SentencePiece model (no pieces)"));
+  // SentencePiece's own loader keeps pieces in a trie of NUL-terminated keys and throws on an
+  // empty one: a piece that is empty or holds a NUL byte is refused here (no trained model has one).
+  for (size_t i = 0; i < m.pieces.size(); ++i)
+    if (m.pieces[i].piece.empty() || m.pieces[i].piece.find('\0') != std::string::npos)
+      throw Error(cat(source, ": not a SentencePiece model (piece ", i, " is empty or holds a NUL byte)"));
   return m;
 }
 

@@ -14,6 +14,8 @@
 #include <sstream>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/data/tokenizer/sentencepiece_model.h"
 #include "mindspeed_mm/data/tokenizer/sentencepiece_shim.h"
 
 namespace mm::data {
@@ -33,6 +35,18 @@ std::vector<std::string> module_candidates() {
   return paths;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // Loaded once per process and never unloaded.
 const spm_shim::Api& shim() {
   static const spm_shim::Api* api = nullptr;
@@ -46,7 +60,9 @@ const spm_shim::Api& shim() {
         continue;
       }
       // RTLD_DEEPBIND: libsentencepiece must bind to its own bundled protobuf, not libtorch's.
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      // AddressSanitizer cannot run a DEEPBIND library (its interceptors would be bypassed):
+      // sanitizer builds load it plainly.
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | (kSanitized ? 0 : RTLD_DEEPBIND));
       if (!handle) {
         tried += "\n  " + path + ": " + dlerror();
         continue;
@@ -94,13 +110,21 @@ SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& mode
   bytes << in.rdbuf();
   MM_CHECK(!in.bad(), "sentencepiece: cannot read model file ", model_path);
 
+  // Our own reader first: a malformed ModelProto is refused here, with the byte it broke at,
+  // before the library (which may throw or abort on it) sees it.
+  (void)SentencePieceModel::parse(bytes.str(), model_path);
   auto impl = std::make_unique<Impl>();
   impl->path = model_path;
   impl->api = &shim();
   impl->processor = impl->api->create();
   std::string error;
-  MM_CHECK(impl->api->load(impl->processor, bytes.str(), &error), "sentencepiece: ", model_path,
-           " is not a valid SentencePiece model (", error, ")");
+  bool loaded = false;
+  try {
+    loaded = impl->api->load(impl->processor, bytes.str(), &error);
+  } catch (const std::exception& e) {
+    error = printable(e.what(), 160);
+  }
+  MM_CHECK(loaded, "sentencepiece: ", model_path, " is not a valid SentencePiece model (", error, ")");
   // A parse that happens to succeed on garbage leaves no usable vocabulary.
   MM_CHECK(impl->api->piece_size(impl->processor) > 0, "sentencepiece: ", model_path, " has an empty vocabulary");
   return SentencePieceTokenizer(std::move(impl));

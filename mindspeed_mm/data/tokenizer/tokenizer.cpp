@@ -15,6 +15,7 @@
 #include "mindspeed_mm/data/tokenizer/model.h"
 #include "mindspeed_mm/core/parallel_for.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
+#include "mindspeed_mm/core/strings.h"
 
 namespace mm::data {
 
@@ -54,8 +55,8 @@ std::string read_text(const std::string& path, const char* what) {
 json parse_json(const std::string& text, const std::string& source) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(cat(source, ": not valid JSON (", e.what(), ")"));
+  } catch (const json::exception& e) {
+    throw Error(cat(source, ": not valid JSON (", json_error_text(e.what()), ")"));
   }
 }
 
@@ -159,7 +160,7 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
     const Normalizer* n = impl->normalizer.get();
     impl->added = AddedVocabulary(std::move(tokens), [n](const std::string& s) { return n ? n->normalize(s) : s; });
   } catch (const json::exception& e) {
-    throw Error(cat(source, ": unexpected structure (", e.what(), ")"));
+    throw Error(cat(source, ": unexpected structure (", json_error_text(e.what()), ")"));
   }
   return Tokenizer(std::move(impl));
 }

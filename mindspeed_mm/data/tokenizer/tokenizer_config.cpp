@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "mindspeed_mm/core/errors.h"
+#include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/core/file_io.h"
 
 namespace mm::data {
 namespace {
@@ -47,8 +49,9 @@ struct Reader {
 TokenizerConfig load_tokenizer_config(const std::string& dir_or_file) {
   namespace fs = std::filesystem;
   fs::path p(dir_or_file);
-  if (fs::is_directory(p)) p /= "tokenizer_config.json";
+  if (fs::is_directory(p) && p.filename() != "tokenizer_config.json") p /= "tokenizer_config.json";
   const std::string path = p.string();
+  if (const std::string why = file_problem(path); !why.empty()) throw Error(cat(path, ": ", why));
   std::ifstream f(path);
   if (!f) throw Error(cat(path, ": cannot read tokenizer_config.json"));
   std::stringstream ss;
@@ -56,8 +59,8 @@ TokenizerConfig load_tokenizer_config(const std::string& dir_or_file) {
   json j;
   try {
     j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw Error(cat(path, ": not valid JSON (", e.what(), ")"));
+  } catch (const json::exception& e) {
+    throw Error(cat(path, ": not valid JSON (", json_error_text(e.what()), ")"));
   }
   if (!j.is_object()) throw Error(cat(path, ": must hold a JSON object"));
 

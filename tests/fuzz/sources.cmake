@@ -1,0 +1,67 @@
+# The sources the fuzz harnesses reach (the parsers and what they call): the fuzz build compiles
+# only these, instrumented, so it stays a few minutes on two cores. A harness that needs another
+# file fails to link: add the file here.
+set(MM_FUZZ_SOURCES
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/checkpoint/hf_weights.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/checkpoint/safetensors.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/checkpoint/train_checkpoint.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/config/config.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/config/config_io.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/core/allocator.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/core/device.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/core/logging.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/core/module.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/core/param_init.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/core/pattern.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/batch.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/byte_tokenizer.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/chat_template.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/byte_chat_tokenizer.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/media/image.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/media/video.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/mllm/mllm_dataset.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/mllm/record_index.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/sampler.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/text_dataset.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/added_vocabulary.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/bpe_model.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/decoders.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/model.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/normalizers.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/post_processors.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/pre_tokenizers.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/precompiled_charsmap.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/pretrained_tokenizer.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/sentencepiece_model.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/sentencepiece_tokenizer.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/text_split.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/tokenizer.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/tokenizer_config.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/unicode_regex.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/unicode_text.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/unigram_model.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/data/tokenizer/wordpiece_model.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/causal_lm.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/attention.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/cross_entropy.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/hf_config.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/linear.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/mlp.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/norm.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/common/rope.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/llava/llava.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/llava/llava_memory.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/model.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/model_registry.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/qwen2/qwen2.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/qwen2/qwen2_memory.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/qwen2vl/qwen2vl.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/qwen2vl/qwen2vl_memory.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/qwen2vl/rope_index.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/qwen2vl/vision.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/umt5/umt5.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/wan/wan_dit.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/wan/wan_dit_memory.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/wan/wan_vae.cpp
+  ${CMAKE_SOURCE_DIR}/mindspeed_mm/models/wan/wan_vae_flops.cpp
+)
