@@ -288,6 +288,74 @@ void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& params,
   }
 }
 
+// metadata.json is read from disk like any stranger's file: every shape, range and box is
+// checked before a piece is read, so a reader never narrows past a file's tensor or returns
+// elements no piece wrote (found by fuzz_checkpoint_metadata).
+void CheckpointReader::check_entry(const std::string& meta, const std::string& kind, const std::string& name,
+                                   const Entry& e) {
+  auto bad = [&](const std::string& what) {
+    throw Error(cat("checkpoint: ", meta, ": ", kind, " tensor '", printable(name), "': ", what));
+  };
+  auto count = [&](const std::vector<int64_t>& dims, const char* what) {
+    int64_t n = 1;
+    for (const int64_t d : dims)
+      if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 56)) bad(cat(what, " is not a valid shape"));
+    return n;
+  };
+  const int64_t numel = count(e.shape, "shape");
+  std::vector<std::pair<int64_t, int64_t>> whole_ranges;
+  std::vector<const Piece*> boxes;
+  for (const Piece& p : e.pieces) {
+    if (p.file.empty() || p.file == "." || p.file == ".." || p.file.find('/') != std::string::npos ||
+        printable(p.file, p.file.size()) != p.file)
+      bad(cat("piece file '", printable(p.file, 40), "' is not a file name in the checkpoint folder"));
+    if (p.begin < 0 || p.end < p.begin) bad(cat("piece range [", p.begin, ", ", p.end, ") is not a range"));
+    if (p.box.whole()) {
+      if (p.end > numel) bad(cat("piece range [", p.begin, ", ", p.end, ") exceeds its ", numel, " elements"));
+      whole_ranges.emplace_back(p.begin, p.end);
+      continue;
+    }
+    const size_t r = p.box.view.size();
+    if (r == 0 || p.box.offset.size() != r || p.box.sizes.size() != r) bad("piece box has mismatched ranks");
+    if (count(p.box.view, "piece view") != numel) bad("piece view does not hold the tensor's elements");
+    for (size_t d = 0; d < r; ++d)
+      if (p.box.offset[d] < 0 || p.box.sizes[d] < 0 || p.box.offset[d] > p.box.view[d] - p.box.sizes[d])
+        bad("piece box lies outside its view");
+    if (p.end > count(p.box.sizes, "piece box")) bad(cat("piece range [", p.begin, ", ", p.end, ") exceeds its box"));
+    boxes.push_back(&p);
+  }
+  // Pieces never overlap: whole-tensor ranges are disjoint; two boxed pieces either hold the
+  // same box (then their ranges are disjoint) or boxes that do not intersect.
+  std::sort(whole_ranges.begin(), whole_ranges.end());
+  for (size_t i = 1; i < whole_ranges.size(); ++i)
+    if (whole_ranges[i].first < whole_ranges[i - 1].second) bad("two pieces overlap");
+  for (size_t i = 0; i < boxes.size(); ++i)
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      const TensorBox &a = boxes[i]->box, &b = boxes[j]->box;
+      if (a.view != b.view) continue;  // read_box refuses mixed views with its own message
+      if (a.offset == b.offset && a.sizes == b.sizes) {
+        if (boxes[i]->begin < boxes[j]->end && boxes[j]->begin < boxes[i]->end) bad("two pieces overlap");
+        continue;
+      }
+      bool intersect = true;
+      for (size_t d = 0; d < a.view.size(); ++d)
+        intersect = intersect && a.offset[d] < b.offset[d] + b.sizes[d] && b.offset[d] < a.offset[d] + a.sizes[d];
+      if (intersect) bad("two pieces' boxes overlap");
+    }
+}
+
+// Piece p's elements from its file, checked against what metadata.json says it holds.
+at::Tensor CheckpointReader::piece_data(const Piece& p, const std::string& kind, const std::string& name,
+                                        const Entry& e) const {
+  const st::SafetensorsReader& f = file(p.file);
+  const at::Tensor t = f.get(name);
+  if (t.numel() != p.end - p.begin || t.scalar_type() != e.dtype)
+    throw Error(cat("checkpoint: '", dir_, "': ", kind, " tensor '", printable(name), "' in ", p.file, " holds ",
+                    t.numel(), " ", c10::toString(t.scalar_type()), " elements; metadata.json says ", p.end - p.begin,
+                    " ", c10::toString(e.dtype)));
+  return t.reshape({-1});
+}
+
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   const fs::path meta_path = fs::path(dir) / "metadata.json";
   sharded_ = fs::exists(meta_path);
@@ -322,6 +390,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
           }
           entry.pieces.push_back(std::move(p));
         }
+        check_entry(meta_path.string(), kind, key, entry);
         entries_[kind][key] = std::move(entry);
       }
   } catch (const nlohmann::json::exception& e) {
@@ -451,7 +520,7 @@ at::Tensor CheckpointReader::read_box(const std::string& kind, const std::string
         empty = empty || hi[d] <= lo[d];
       }
       if (!empty) {
-        if (!src.defined()) src = file(p.file).get(name).reshape({-1});
+        if (!src.defined()) src = piece_data(p, kind, name, e);
         if (!out.defined()) out = at::empty(want_sizes, src.options());
         at::Tensor from = src.narrow(0, consumed, n).view(sizes), to = out, mark = covered;
         int64_t volume = 1;
@@ -497,7 +566,7 @@ at::Tensor CheckpointReader::read(const std::string& kind, const std::string& na
     const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
     if (hi <= lo) continue;
     const st::SafetensorsReader& f = file(p.file);
-    at::Tensor src = f.get(name).reshape({-1});
+    at::Tensor src = piece_data(p, kind, name, e);
     if (!out.defined()) out = at::empty({end - begin}, src.options());
     // 64 MiB windows, each one's mapped pages given back once copied: reading a tensor holds
     // the result, not the result and the file's pages too.

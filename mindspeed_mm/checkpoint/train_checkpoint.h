@@ -147,6 +147,8 @@ class CheckpointReader {
     std::vector<Piece> pieces;
   };
   const st::SafetensorsReader& file(const std::string& name) const;
+  static void check_entry(const std::string& meta, const std::string& kind, const std::string& name, const Entry& e);
+  at::Tensor piece_data(const Piece& p, const std::string& kind, const std::string& name, const Entry& e) const;
 
   std::string dir_;
   bool sharded_ = false;

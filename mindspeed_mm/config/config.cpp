@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "mindspeed_mm/core/file_io.h"
 
 namespace mm::config {
@@ -15,6 +17,9 @@ YAML::Node load_yaml(const std::string& text, const std::string& name) {
     if (!root || root.IsNull()) return YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) throw ConfigError(cat("config: ", name, " must hold a YAML mapping of sections"));
     return root;
+  } catch (const YAML::DeepRecursion& e) {
+    throw ConfigError(cat("config: ", name, " line ", e.mark.line + 1, ": invalid YAML (nested too deeply: depth ",
+                          e.depth(), ")"));
   } catch (const YAML::ParserException& e) {
     throw ConfigError(cat("config: ", name, " line ", e.mark.line + 1, ": invalid YAML (", e.msg, ")"));
   }

@@ -7,8 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "mindspeed_mm/checkpoint/train_checkpoint.h"
+#include "mindspeed_mm/config/config.h"
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/strings.h"
 #include "mindspeed_mm/data/mllm/mllm_dataset.h"
@@ -18,6 +22,7 @@
 #include "mindspeed_mm/data/tokenizer/sentencepiece_tokenizer.h"
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
 #include "mindspeed_mm/data/tokenizer/tokenizer_config.h"
+#include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 #include "run_command.h"
 
 namespace fs = std::filesystem;
@@ -119,4 +124,104 @@ TEST(HostileInput, PrintableKeepsMessagesOnOneLine) {
   EXPECT_EQ(mm::printable(std::string(100, 'x'), 10), "xxxxxxxxxx...");
   EXPECT_EQ(mm::json_error_text("[json.exception.parse_error.101] parse error at line 1: x"),
             "parse error at line 1: x");
+}
+
+// Deep nesting: yaml-cpp's depth guard is reported as too deep (it read "bad file"); nlohmann's
+// parser is not recursive, and a deeply nested tokenizer.json is an ordinary error.
+TEST(HostileInput, DeepNestingIsAnErrorNotAStackOverflow) {
+  const std::string yaml = "a: " + std::string(50000, '[') + std::string(50000, ']') + "\n";
+  const std::string e = error_of([&] { mm::config::parse_config(yaml, "deep.yaml", {}, false); });
+  EXPECT_NE(e.find("deep.yaml line 1: invalid YAML (nested too deeply"), std::string::npos) << e;
+  const std::string json = "{\"model\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const std::string t = error_of([&] { mm::data::Tokenizer::from_json_text(json, "deep/tokenizer.json"); });
+  EXPECT_EQ(t.rfind("deep/tokenizer.json: ", 0), 0u) << t;
+}
+
+// A directory or an empty file given as a config is named as such (a directory read as an empty
+// config of defaults; reading one threw libstdc++'s "basic_filebuf::underflow").
+TEST(HostileInput, DirectoryOrEmptyConfigIsNamed) {
+  const std::string dir = mm::test::fresh_dir("hostile_config");
+  fs::create_directories(dir + "/c.yaml");
+  EXPECT_EQ(error_of([&] { mm::config::load_config(dir + "/c.yaml", {}); }),
+            "config: " + dir + "/c.yaml: is a directory, not a file");
+  mm::test::write_file(dir + "/e.yaml", "\n  \n");
+  EXPECT_EQ(error_of([&] { mm::config::load_config(dir + "/e.yaml", {}); }),
+            "config: " + dir + "/e.yaml: empty (a config holds at least its data and model sections)");
+}
+
+// fuzz_tokenizer_json: a TemplateProcessing post-processor may name any id for [CLS] / [SEP];
+// one past the vocabulary reached the model as an out-of-range index. Refused at load.
+TEST(HostileInput, PostProcessorIdsOutsideTheVocabularyAreRefused) {
+  const std::string text = regression("fuzz_tokenizer_json", "post_processor_id_outside_vocab.json");
+  const std::string e = error_of([&] { mm::data::Tokenizer::from_json_text(text, "fuzz/tokenizer.json"); });
+  EXPECT_EQ(e.rfind("fuzz/tokenizer.json: post_processor adds token id 9, outside the vocabulary of ", 0), 0u) << e;
+}
+
+// fuzz_model_config: a text_config holding its own "text_config" was copied into the object it
+// was being read from: a use after free (AddressSanitizer). The nested object is copied first.
+TEST(HostileInput, NestedTextConfigIsReadFromACopy) {
+  const nlohmann::json j = nlohmann::json::parse(regression("fuzz_model_config", "nested_text_config.json"));
+  for (const bool strict : {false, true})
+    for (const bool q25 : {false, true}) {
+      const std::string e = error_of([&] { mm::models::Qwen2VLConfig::from_json(j, "fuzz/config.json", strict, q25); });
+      EXPECT_NE(e.find("fuzz/config.json"), std::string::npos) << e;
+    }
+}
+
+// fuzz_sentencepiece: a charsmap whose trie is empty (or whose nodes point past its end) made
+// SentencePiece's normalizer read out of bounds (SEGV in Normalizer::NormalizePrefix). The trie
+// is walked and bounds-checked before the library sees it.
+TEST(HostileInput, SentencePieceCharsmapTrieIsCheckedBeforeTheLibrary) {
+  const std::string dir = mm::test::fresh_dir("hostile_spm_trie");
+  mm::test::write_file(dir + "/t.model", regression("fuzz_sentencepiece", "empty_charsmap_trie.model"));
+  const std::string e = error_of([&] { mm::data::SentencePieceTokenizer::from_file(dir + "/t.model"); });
+  EXPECT_EQ(e, dir + "/t.model: precompiled_charsmap is not a usable trie (0 units, not whole 256-unit blocks)");
+}
+
+// fuzz_checkpoint_metadata: a metadata.json whose piece range ran past the shard's tensor reached
+// libtorch's narrow() ("start (0) + length (2081) exceeds dimension size (2080)"). Ranges, boxes,
+// file names and overlaps are checked when metadata.json is read; a piece's file must hold what
+// metadata.json says it does.
+TEST(HostileInput, CheckpointMetadataIsCheckedAgainstItsShards) {
+  const std::string dir = mm::test::fresh_dir("hostile_metadata");
+  // The same tiny run and two-shard resplit as tests/fuzz/make_seeds.sh (the input was found on it).
+  mm::test::write_file(dir + "/tiny.yaml",
+                       "data:\n  dataset: text\n  paths: [/usr/share/games/fortunes]\n  format: fortune\n  seq_len: 16\n"
+                       "model:\n  id: qwen2\n  config: {hidden_size: 16, intermediate_size: 32, num_hidden_layers: 1, "
+                       "num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 32, tie_word_embeddings: true}\n"
+                       "training:\n  train_iters: 1\n  micro_batch_size: 2\n  optimizer: {id: adamw, lr: 1.0e-3}\n  save_interval: 1\n");
+  const std::string mm = mm::test::mm_binary();
+  ASSERT_EQ(mm::test::run_command(mm + " train " + dir + "/tiny.yaml training.save_dir=" + dir + "/ck").exit_code, 0);
+  ASSERT_EQ(mm::test::run_command(mm + " convert resplit --in " + dir + "/ck --out " + dir + "/sharded --dp 2 --quiet").exit_code, 0);
+  const std::string meta = dir + "/sharded/metadata.json";
+  const std::string good = mm::test::read_file(meta);
+  auto all_reads = [&] {
+    const mm::checkpoint::CheckpointReader r(dir + "/sharded");
+    for (const std::string kind : {"model", "optimizer"})
+      for (const std::string& name : r.names(kind)) (void)r.read_full(kind, name);
+  };
+  EXPECT_EQ(error_of(all_reads), "");  // the genuine metadata reads
+
+  mm::test::write_file(meta, regression("fuzz_checkpoint_metadata", "range_past_piece.json"));
+  std::string e = error_of(all_reads);
+  EXPECT_EQ(e.rfind("checkpoint: ", 0), 0u) << e;
+  EXPECT_EQ(e.find("exceeds dimension size"), std::string::npos) << e;
+
+  // Hand-made breakages of the genuine file, each refused with the tensor named.
+  nlohmann::json j = nlohmann::json::parse(good);
+  const std::string t = j["tensors"]["model"].begin().key();
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json k = j;
+    change(k["tensors"]["model"][t]);
+    mm::test::write_file(meta, k.dump());
+    return error_of(all_reads);
+  };
+  e = with([](nlohmann::json& x) { x["shards"][0]["file"] = "../../outside.safetensors"; });
+  EXPECT_NE(e.find("is not a file name in the checkpoint folder"), std::string::npos) << e;
+  e = with([](nlohmann::json& x) { x["shards"][1]["begin"] = 0; });
+  EXPECT_NE(e.find("two pieces overlap"), std::string::npos) << e;
+  e = with([](nlohmann::json& x) { x["shape"][0] = -3; });
+  EXPECT_NE(e.find("shape is not a valid shape"), std::string::npos) << e;
+  e = with([](nlohmann::json& x) { x["dtype"] = "F64"; });
+  EXPECT_NE(e.find("metadata.json says"), std::string::npos) << e;
 }

@@ -4,6 +4,7 @@
 #include "mindspeed_mm/data/tokenizer/precompiled_charsmap.h"
 
 #include <cstring>
+#include <vector>
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/data/tokenizer/unicode_text.h"
@@ -33,6 +34,33 @@ PrecompiledCharsmap::PrecompiledCharsmap(std::string blob, const std::string& so
   normalized_ = blob.substr(4 + units * 4);
   if (!unicode::is_valid_utf8(normalized_))
     throw Error(cat(source, ": precompiled_charsmap's replacement strings are not valid UTF-8"));
+}
+
+void PrecompiledCharsmap::check_for_sentencepiece(const std::string& blob, const std::string& source) {
+  if (blob.empty()) return;
+  const PrecompiledCharsmap m(blob, source);
+  const std::vector<uint32_t>& t = m.trie_;
+  auto bad = [&](const std::string& what) {
+    throw Error(cat(source, ": precompiled_charsmap is not a usable trie (", what, ")"));
+  };
+  if (t.empty() || t.size() % 256 != 0) bad(cat(t.size(), " units, not whole 256-unit blocks"));
+  std::vector<bool> seen(t.size(), false);
+  std::vector<size_t> todo = {offset(t[0])};
+  while (!todo.empty()) {
+    const size_t node = todo.back();
+    todo.pop_back();
+    if ((node | 0xFFu) >= t.size()) bad(cat("node ", node, " is past the end"));
+    if (seen[node]) continue;
+    seen[node] = true;
+    for (uint32_t c = 1; c < 256; ++c) {
+      const uint32_t unit = t[node ^ c];
+      if (label(unit) != c) continue;
+      const size_t child = (node ^ c) ^ offset(unit);
+      if (child >= t.size()) bad(cat("a child of node ", node, " is past the end"));
+      if (has_leaf(unit) && value(t[child]) >= m.normalized_.size()) bad("a replacement is past the strings");
+      todo.push_back(child);
+    }
+  }
 }
 
 std::optional<std::string_view> PrecompiledCharsmap::transform(std::string_view chunk) const {

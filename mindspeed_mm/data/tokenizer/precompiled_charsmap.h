@@ -28,6 +28,12 @@ class PrecompiledCharsmap {
 
   bool empty() const { return trie_.empty(); }
 
+  // What SentencePiece's own library assumes of a charsmap and never checks (its Darts lookups
+  // index without bounds): a trie of whole 256-unit blocks in which every node reachable from
+  // the root, and every child and replacement it leads to, lies inside the blob. mm::Error
+  // naming `source` otherwise; a real nmt_nfkc charsmap passes.
+  static void check_for_sentencepiece(const std::string& blob, const std::string& source);
+
  private:
   std::vector<uint32_t> trie_;
   std::string normalized_;

@@ -129,6 +129,15 @@ SentencePieceModel SentencePieceModel::parse(const std::string& data, const std:
           default: break;
         }
       }
+    } else if (field == 5) {
+      expect(r, wt, 2, "denormalizer_spec");
+      WireReader n(r.bytes(), source);
+      while (!n.done()) {
+        int nwt = 0;
+        const uint32_t f = n.key(nwt);
+        if (f == 2 && nwt == 2) m.denormalizer_charsmap = std::string(n.bytes());
+        else n.skip(nwt);
+      }
     } else if (field == 3) {
       expect(r, wt, 2, "normalizer_spec");
       WireReader n(r.bytes(), source);

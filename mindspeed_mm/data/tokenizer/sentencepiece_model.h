@@ -31,6 +31,7 @@ struct SentencePieceModel {
   int32_t unk_id = 0, bos_id = 1, eos_id = 2, pad_id = -1;
   std::string normalizer_name;
   std::string precompiled_charsmap;  // raw bytes
+  std::string denormalizer_charsmap;  // raw bytes (denormalizer_spec's; most models have none)
   bool add_dummy_prefix = true;
   bool remove_extra_whitespaces = true;
 

@@ -15,6 +15,7 @@
 
 #include "mindspeed_mm/core/errors.h"
 #include "mindspeed_mm/core/strings.h"
+#include "mindspeed_mm/data/tokenizer/precompiled_charsmap.h"
 #include "mindspeed_mm/data/tokenizer/sentencepiece_model.h"
 #include "mindspeed_mm/data/tokenizer/sentencepiece_shim.h"
 
@@ -112,7 +113,9 @@ SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& mode
 
   // Our own reader first: a malformed ModelProto is refused here, with the byte it broke at,
   // before the library (which may throw or abort on it) sees it.
-  (void)SentencePieceModel::parse(bytes.str(), model_path);
+  const SentencePieceModel checked = SentencePieceModel::parse(bytes.str(), model_path);
+  PrecompiledCharsmap::check_for_sentencepiece(checked.precompiled_charsmap, model_path);
+  PrecompiledCharsmap::check_for_sentencepiece(checked.denormalizer_charsmap, model_path);
   auto impl = std::make_unique<Impl>();
   impl->path = model_path;
   impl->api = &shim();

@@ -1,6 +1,7 @@
 // tokenizer.json loading and the encode/decode pipeline (tokenizers/src/tokenizer/mod.rs).
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <unordered_map>
 #include <sstream>
@@ -161,6 +162,16 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
     impl->added = AddedVocabulary(std::move(tokens), [n](const std::string& s) { return n ? n->normalize(s) : s; });
   } catch (const json::exception& e) {
     throw Error(cat(source, ": unexpected structure (", json_error_text(e.what()), ")"));
+  }
+  // The ids the post-processor adds (a template's [CLS] / [SEP]) must be in the vocabulary: a
+  // file may state any number, and an id past the embedding table fails only inside the model.
+  if (impl->post_processor) {
+    std::vector<int64_t> added;
+    impl->post_processor->process(added, /*add_special_tokens=*/true);
+    const int64_t bound = std::max(impl->model->id_bound(), impl->added.id_bound());
+    for (const int64_t id : added)
+      if (id < 0 || id >= bound)
+        throw Error(cat(source, ": post_processor adds token id ", id, ", outside the vocabulary of ", bound));
   }
   return Tokenizer(std::move(impl));
 }

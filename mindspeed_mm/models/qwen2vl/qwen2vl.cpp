@@ -18,8 +18,11 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
   if (!j.is_object()) throw ConfigError(cat("config: a ", id, " model config must be an object in ", source));
   json text = j;
   // transformers >= 4.52 nests the language model's fields in text_config.
+  // A copy: a text_config that itself holds "text_config" would otherwise be replaced while
+  // it is being read (found by fuzz_model_config: a use after free).
   if (text.contains("text_config") && text.at("text_config").is_object()) {
-    for (auto& [k, v] : text.at("text_config").items())
+    const json inner = text.at("text_config");
+    for (const auto& [k, v] : inner.items())
       if (k != "model_type" && k != "architectures") text[k] = v;
   }
   text.erase("text_config");
