@@ -225,3 +225,28 @@ TEST(HostileInput, CheckpointMetadataIsCheckedAgainstItsShards) {
   e = with([](nlohmann::json& x) { x["dtype"] = "F64"; });
   EXPECT_NE(e.find("metadata.json says"), std::string::npos) << e;
 }
+
+// fuzz_mllm_records: nlohmann's parser stops at a NUL byte as at the end of its input, so an
+// array element "777<NUL>..." was a valid number to the record index (a bad record) but broke
+// the whole-file reader's array (an error): the two readers disagreed. A NUL byte now makes a
+// record not JSON in both, and an array holding one broken in both.
+TEST(HostileInput, NulBytesAreNotJsonInEitherDatasetReader) {
+  const std::string dir = mm::test::fresh_dir("hostile_nul");
+  const std::string arr = dir + "/a.jsonl";
+  mm::test::write_file(arr, regression("fuzz_mllm_records", "nul_inside_array.json"));
+  const std::string whole = error_of([&] { mm::data::read_mllm_file(arr); });
+  const std::string index = error_of([&] { mm::data::MllmRecordIndex i(arr); });
+  EXPECT_EQ(whole, "data: '" + arr + "' starts with '[' but is not a valid JSON array");
+  EXPECT_EQ(index, whole);
+  const std::string lines = dir + "/l.jsonl";
+  mm::test::write_file(lines, std::string(R"({"messages": [{"role": "user", "content": "Q"}, )") +
+                                  R"({"role": "assistant", "content": "A"}]})" + std::string(1, '\0') + "junk\n");
+  const mm::data::MllmFile f = mm::data::read_mllm_file(lines);
+  const mm::data::MllmRecordIndex i(lines);
+  EXPECT_EQ(f.records.size(), 0u);
+  ASSERT_EQ(f.bad.size(), 1u);
+  EXPECT_EQ(f.bad[0].reason, "not valid JSON");
+  EXPECT_EQ(i.size(), 0);
+  ASSERT_EQ(i.bad().size(), 1u);
+  EXPECT_EQ(i.bad()[0].reason, "not valid JSON");
+}

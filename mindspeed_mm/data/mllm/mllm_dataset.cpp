@@ -129,7 +129,8 @@ MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr, const std
   const std::string& text = *bytes;
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
-    json arr = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    json arr = text.find('\0') == std::string::npos ? json::parse(text, nullptr, /*allow_exceptions=*/false)
+                                                     : json(json::value_t::discarded);
     MM_CHECK(!arr.is_discarded() && arr.is_array(), "data: '", path, "' starts with '[' but is not a valid JSON array");
     for (size_t i = 0; i < arr.size(); ++i) add(arr[i], cat(name, "[", i, "]"));
     return out;
@@ -142,7 +143,10 @@ MllmFile read_mllm_file(const std::string& path, const MllmAttr& attr, const std
     std::string_view line(text.data() + pos, end - pos);
     pos = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // nlohmann's parser stops at a NUL byte as at the end of the text: a line holding one is not
+    // JSON, whatever comes before it (the record index reads it the same way).
+    json j = line.find('\0') == std::string_view::npos ? json::parse(line, nullptr, /*allow_exceptions=*/false)
+                                                        : json(json::value_t::discarded);
     if (j.is_discarded()) {
       out.bad.push_back({cat(name, ":", line_no), "not valid JSON"});
       continue;

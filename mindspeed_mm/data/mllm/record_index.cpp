@@ -174,7 +174,9 @@ void MllmRecordIndex::scan() {
     else skips_.emplace_back(next_good, skipped);
   };
   auto take = [&](std::string_view text, uint64_t offset, const std::string& where) {
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    // A NUL byte ends nlohmann's input early: a record holding one is not JSON (as in read_mllm_file).
+    json j = text.find('\0') == std::string_view::npos ? json::parse(text, nullptr, /*allow_exceptions=*/false)
+                                                        : json(json::value_t::discarded);
     if (j.is_discarded()) {
       bad_.push_back({where, "not valid JSON"});
       return false;
@@ -209,7 +211,7 @@ void MllmRecordIndex::scan() {
       while (last > pos && is_space(t[last - 1])) --last;
       MM_CHECK(last > pos, broken);
       const std::string_view text(t + pos, last - pos);
-      MM_CHECK(json::accept(text), broken);
+      MM_CHECK(text.find('\0') == std::string_view::npos && json::accept(text), broken);
       if (take(text, pos, cat(name_, "[", element, "]"))) lengths_.push_back(static_cast<uint32_t>(last - pos));
       else note_skip();
       ++element;
