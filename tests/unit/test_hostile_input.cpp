@@ -250,3 +250,11 @@ TEST(HostileInput, NulBytesAreNotJsonInEitherDatasetReader) {
   ASSERT_EQ(i.bad().size(), 1u);
   EXPECT_EQ(i.bad()[0].reason, "not valid JSON");
 }
+
+// fuzz_tokenizer_json (UBSan): nlohmann's get<size_t>() of a float such as 1e26 is an
+// out-of-range float-to-integer cast, undefined behaviour. Integer fields are read checked.
+TEST(HostileInput, FloatWhereAnIntegerBelongsIsAnError) {
+  const std::string text = regression("fuzz_tokenizer_json", "float_where_integer.json");
+  const std::string e = error_of([&] { mm::data::Tokenizer::from_json_text(text, "fuzz/tokenizer.json"); });
+  EXPECT_NE(e.find("fuzz/tokenizer.json: \"max_input_chars_per_word\" must be an integer in range"), std::string::npos) << e;
+}

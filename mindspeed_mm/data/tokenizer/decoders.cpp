@@ -241,8 +241,8 @@ std::unique_ptr<Decoder> make_decoder(const json& j, const std::string& source) 
     MM_CHECK(!c.empty() && unicode::char_len(c, 0) == c.size(), source, ": Strip decoder content '", c,
              "' must be one character");
     d->content = unicode::decode_at(c, 0);
-    d->start = member(j, "start", source, "decoder").get<size_t>();
-    d->stop = member(j, "stop", source, "decoder").get<size_t>();
+    d->start = json_fields::integer<size_t>(member(j, "start", source, "decoder"), source, "start");
+    d->stop = json_fields::integer<size_t>(member(j, "stop", source, "decoder"), source, "stop");
     return d;
   }
   if (type == "Replace")

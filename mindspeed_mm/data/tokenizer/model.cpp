@@ -76,7 +76,7 @@ std::unique_ptr<Model> make_unigram(const json& m, const std::string& source) {
     pieces.emplace_back(e[0].get<std::string>(), e[1].get<double>());
   }
   std::optional<int64_t> unk_id;
-  if (m.contains("unk_id") && !m["unk_id"].is_null()) unk_id = m["unk_id"].get<int64_t>();
+  if (m.contains("unk_id") && !m["unk_id"].is_null()) unk_id = json_fields::integer<int64_t>(m["unk_id"], source, "unk_id");
   return make_unigram_model(std::move(pieces), unk_id, m.value("byte_fallback", false), source);
 }
 
@@ -96,7 +96,7 @@ std::unique_ptr<Model> make_model(const json& m, const std::string& source) {
   if (type == "WordPiece") {
     return make_wordpiece_model(Vocab(vocab_map(m, source, type), source), json_fields::string_or(m, "unk_token", "[UNK]"),
                                 json_fields::string_or(m, "continuing_subword_prefix", "##"),
-                                m.value("max_input_chars_per_word", size_t{100}));
+                                json_fields::integer_or(m, "max_input_chars_per_word", size_t{100}, source));
   }
   if (type == "WordLevel")
     return make_wordlevel_model(Vocab(vocab_map(m, source, type), source), json_fields::string_or(m, "unk_token", "<unk>"));

@@ -72,9 +72,9 @@ void parse_truncation_padding(const json& j, const std::string& source, Tokenize
   if (j.contains("truncation") && !j["truncation"].is_null()) {
     const json& t = j["truncation"];
     Tokenizer::Impl::Truncation tr;
-    tr.max_length = t.at("max_length").get<size_t>();
+    tr.max_length = json_fields::integer<size_t>(t.at("max_length"), source, "max_length");
     tr.left = is_left(t, "direction", source, "truncation");
-    size_t stride = t.value("stride", size_t{0});
+    size_t stride = json_fields::integer_or(t, "stride", size_t{0}, source);
     size_t room = impl.post_processor ? impl.post_processor->added_tokens() : 0;
     if (tr.max_length < room)
       throw Error(cat(source, ": truncation max_length ", tr.max_length, " leaves no room for the ", room,
@@ -88,13 +88,13 @@ void parse_truncation_padding(const json& j, const std::string& source, Tokenize
     const json& p = j["padding"];
     Tokenizer::Impl::Padding pd;
     const json& strategy = p.at("strategy");
-    if (strategy.is_object() && strategy.contains("Fixed")) pd.fixed = strategy["Fixed"].get<size_t>();
+    if (strategy.is_object() && strategy.contains("Fixed")) pd.fixed = json_fields::integer<size_t>(strategy["Fixed"], source, "Fixed");
     else if (!(strategy.is_string() && strategy.get<std::string>() == "BatchLongest"))
       throw Error(cat(source, ": padding strategy ", strategy.dump(), " is neither \"BatchLongest\" nor {\"Fixed\": n}"));
     if (p.contains("pad_to_multiple_of") && !p["pad_to_multiple_of"].is_null())
-      pd.multiple = p["pad_to_multiple_of"].get<size_t>();
+      pd.multiple = json_fields::integer<size_t>(p["pad_to_multiple_of"], source, "pad_to_multiple_of");
     pd.left = is_left(p, "direction", source, "padding");
-    pd.pad_id = p.value("pad_id", int64_t{0});
+    pd.pad_id = json_fields::integer_or(p, "pad_id", int64_t{0}, source);
     impl.padding = pd;
   }
 }
@@ -139,7 +139,7 @@ Tokenizer Tokenizer::from_json_text(const std::string& text, const std::string& 
     for (const auto& t : at) {
       AddedToken a;
       a.content = t.at("content").get<std::string>();
-      t.at("id").get<int64_t>();
+      json_fields::integer<int64_t>(t.at("id"), source, "id");
       a.special = t.value("special", false);
       a.lstrip = t.value("lstrip", false);
       a.rstrip = t.value("rstrip", false);
