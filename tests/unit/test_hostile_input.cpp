@@ -22,6 +22,7 @@
 #include "mindspeed_mm/data/tokenizer/sentencepiece_tokenizer.h"
 #include "mindspeed_mm/data/tokenizer/tokenizer.h"
 #include "mindspeed_mm/data/tokenizer/tokenizer_config.h"
+#include "mindspeed_mm/models/llava/llava.h"
 #include "mindspeed_mm/models/qwen2vl/qwen2vl.h"
 #include "run_command.h"
 
@@ -257,4 +258,17 @@ TEST(HostileInput, FloatWhereAnIntegerBelongsIsAnError) {
   const std::string text = regression("fuzz_tokenizer_json", "float_where_integer.json");
   const std::string e = error_of([&] { mm::data::Tokenizer::from_json_text(text, "fuzz/tokenizer.json"); });
   EXPECT_NE(e.find("fuzz/tokenizer.json: \"max_input_chars_per_word\" must be an integer in range"), std::string::npos) << e;
+}
+
+// fuzz_model_config: text_config.model_type given as a number made nlohmann's value() throw its
+// own type_error out of LlavaConfig::from_json. String members are read with hf_string.
+TEST(HostileInput, NonStringModelTypeIsAConfigError) {
+  const nlohmann::json j = nlohmann::json::parse(regression("fuzz_model_config", "text_model_type_number.json"));
+  for (const bool strict : {false, true}) {
+    const std::string e = error_of([&] { mm::models::LlavaConfig::from_json(j, "fuzz/config.json", strict); });
+    EXPECT_NE(e.find("fuzz/config.json"), std::string::npos) << e;
+  }
+  nlohmann::json k = {{"text_config", {{"model_type", 7}}}};
+  const std::string e = error_of([&] { mm::models::LlavaConfig::from_json(k, "c.json", false); });
+  EXPECT_EQ(e, "config: text_config.model_type must be llama or qwen2 (got '(7)') in c.json");
 }

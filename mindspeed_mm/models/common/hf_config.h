@@ -20,6 +20,18 @@
 
 namespace mm::models {
 
+// A string member of a config.json: `dflt` when absent or null, the string when it is one, and
+// otherwise the value's JSON text in parentheses, so a comparison with an expected name fails and
+// the message shows what was there (nlohmann's value() throws its own type_error instead; found by
+// fuzz_model_config).
+inline std::string hf_string(const nlohmann::json& j, const char* key, const std::string& dflt) {
+  if (!j.is_object()) return dflt;
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  if (it->is_string()) return it->get<std::string>();
+  return "(" + it->dump().substr(0, 40) + ")";
+}
+
 // The keys a struct's io() list names (and the keys it ignores), to refuse unknown keys before
 // any field is read.
 class HFConfigKeys {

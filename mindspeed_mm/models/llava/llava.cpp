@@ -73,7 +73,7 @@ LlavaConfig LlavaConfig::from_json(const json& j, const std::string& source, boo
 
   // The decoder: text_config with LlamaConfig's (or Qwen2Config's) defaults for what it omits.
   json text = j.contains("text_config") && j.at("text_config").is_object() ? j.at("text_config") : json::object();
-  c.text_model_type = text.value("model_type", std::string("llama"));
+  c.text_model_type = hf_string(text, "model_type", "llama");
   if (c.text_model_type != "llama" && c.text_model_type != "qwen2")
     throw ConfigError(cat("config: text_config.model_type must be llama or qwen2 (got '", c.text_model_type, "') in ", source));
   const bool llama = c.text_model_type == "llama";

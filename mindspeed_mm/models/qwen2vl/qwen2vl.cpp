@@ -49,7 +49,7 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source,
     json plain = rope;
     plain.erase("mrope_section");
     plain.erase("type");
-    if (plain.value("rope_type", "default") == "mrope") plain["rope_type"] = "default";
+    if (hf_string(plain, "rope_type", "default") == "mrope") plain["rope_type"] = "default";
     text["rope_parameters"] = plain;
   }
   text.erase("vision_config");

@@ -149,8 +149,8 @@ std::shared_ptr<UMT5EncoderModel> load_umt5_encoder(const std::string& dir) {
     m = std::make_shared<UMT5EncoderModel>(UMT5Config::umt5_xxl());  // Wan's original checkpoint
   } else {
     const nlohmann::json hf = checkpoint::read_hf_config(dir);
-    if (hf.value("model_type", "") != "umt5")
-      throw ConfigError(cat("config: ", dir, "/config.json has model_type ", hf.value("model_type", "(none)"),
+    if (hf_string(hf, "model_type", "") != "umt5")
+      throw ConfigError(cat("config: ", dir, "/config.json has model_type ", hf_string(hf, "model_type", "(none)"),
                             ", not umt5: not a umT5 text encoder"));
     m = std::make_shared<UMT5EncoderModel>(UMT5Config::from_json(hf, dir + "/config.json", false));
   }

@@ -452,8 +452,8 @@ std::shared_ptr<AutoencoderKLWan> load_wan_vae(const std::string& dir) {
     m = std::make_shared<AutoencoderKLWan>(WanVAEConfig{});  // the original checkpoint: Wan2.1's VAE
   } else {
     const nlohmann::json hf = checkpoint::read_hf_config(dir);
-    if (hf.value("_class_name", "") != "AutoencoderKLWan")
-      throw ConfigError(cat("config: ", dir, "/config.json has _class_name ", hf.value("_class_name", "(none)"),
+    if (hf_string(hf, "_class_name", "") != "AutoencoderKLWan")
+      throw ConfigError(cat("config: ", dir, "/config.json has _class_name ", hf_string(hf, "_class_name", "(none)"),
                             ", not AutoencoderKLWan: not a Wan VAE"));
     m = std::make_shared<AutoencoderKLWan>(WanVAEConfig::from_json(hf, dir + "/config.json"));
   }
